@@ -1,0 +1,327 @@
+"""One typed config for every command: YAML file + dotted command-line overrides.
+
+Every field carries a one-line description; `rollwise train --help-config` prints them.
+Unknown keys, wrong types and impossible values fail here, before any model is loaded,
+with a message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config problem the user must fix; the message says what and how."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(_Section):
+    enabled: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
+    r: int = Field(16, gt=0, description="LoRA rank.")
+    alpha: int = Field(32, gt=0, description="LoRA alpha (scaling = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="Module names that receive adapters.",
+    )
+
+
+class ModelConfig(_Section):
+    name_or_path: str = Field(
+        "smollm2-135m",
+        description="Built-in name (smollm2-135m), a local Hugging Face folder, or a hub id.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "bfloat16",
+        description="Compute dtype for generation and forward/backward; master weights and "
+        "optimizer state stay float32.",
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
+    cache_dir: str | None = Field(
+        None, description="Where built-in models are converted to (default ~/.cache/rollwise)."
+    )
+
+
+class TaskSpec(_Section):
+    name: str = Field(description="reasoning-gym generator name, or a label for a file task.")
+    path: str | None = Field(None, description="Local .jsonl/.json/.parquet/.csv file; makes this a file task.")
+    weight: float = Field(1.0, gt=0, description="Share of this task in the mixture.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Generator parameters (reasoning-gym).")
+    prompt_column: str = Field("prompt", description="File column holding the question.")
+    answer_column: str = Field("answer", description="File column holding the gold answer.")
+
+
+DEFAULT_TASKS: list[dict[str, Any]] = [
+    {"name": "chain_sum", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}},
+    {"name": "products", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}},
+    {"name": "basic_arithmetic", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}},
+    {"name": "gcd", "weight": 1.0, "params": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 99}},
+    {"name": "lcm", "weight": 1.0, "params": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}},
+]
+
+DEFAULT_INSTRUCTION = "Give only the final answer, as a number, with no explanation."
+
+
+class DataConfig(_Section):
+    tasks: list[TaskSpec] = Field(
+        default_factory=lambda: [TaskSpec(**t) for t in DEFAULT_TASKS],
+        description="Task mixture: reasoning-gym generators and/or local files.",
+    )
+    train_size: int = Field(4000, gt=0, description="Procedural training items drawn from the mixture.")
+    eval_size: int = Field(300, ge=0, description="Held-out evaluation items (never overlap training).")
+    instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to every question: the answer format.")
+    system_prompt: str | None = Field(None, description="Optional system message for chat models.")
+    use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template.")
+    max_prompt_length: int = Field(256, gt=0, description="Prompts longer than this (tokens) are dropped and counted.")
+
+
+RewardName = str
+
+
+class RewardSpec(_Section):
+    name: RewardName = Field(
+        description="reasoning_gym | math_verify | exact_match | format | module:function"
+    )
+    weight: float = Field(1.0, description="Weight in the summed reward.")
+
+    @model_validator(mode="after")
+    def _known(self) -> RewardSpec:
+        builtin = {"reasoning_gym", "math_verify", "exact_match", "format"}
+        if self.name not in builtin and ":" not in self.name:
+            raise ValueError(
+                f"unknown reward '{self.name}'; allowed: {', '.join(sorted(builtin))}, or 'module:function'"
+            )
+        return self
+
+
+class RewardConfig(_Section):
+    functions: list[RewardSpec] = Field(
+        default_factory=lambda: [RewardSpec(name="reasoning_gym", weight=1.0)],
+        description="Reward functions and weights; the reward is their weighted sum.",
+    )
+    timeout: float = Field(5.0, gt=0, description="Seconds one reward call may take before it scores 0.")
+
+
+class RolloutConfig(_Section):
+    prompts_per_step: int = Field(8, gt=0, description="Prompts drawn per training step.")
+    num_generations: int = Field(8, gt=0, description="Samples per prompt (the group size, TRL's name).")
+    max_completion_length: int = Field(48, gt=0, description="Maximum new tokens per sample.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling threshold.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+    batch_size: int = Field(64, gt=0, description="Sequences generated together in one batch.")
+
+
+class AlgoConfig(_Section):
+    advantage: Literal["grpo", "rloo", "reinforce_pp"] = Field(
+        "grpo", description="Advantage estimator: grpo (group mean), rloo (leave-one-out), "
+        "reinforce_pp (group baseline, batch whitening)."
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide GRPO advantages by the group std, the batch std, or not (Dr.GRPO)."
+    )
+    policy_loss: Literal["ppo_clip", "gspo", "cispo"] = Field(
+        "ppo_clip", description="Per-token PPO clip, GSPO (sequence ratio) or CISPO."
+    )
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field(
+        "dapo", description="Aggregation: grpo = mean of per-sequence token means, dapo = token mean, "
+        "dr_grpo = token sum / max_completion_length."
+    )
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon).")
+    epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28).")
+    dual_clip: float | None = Field(None, gt=1, description="Dual-clip bound c for negative advantages (None = off).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient against a frozen reference model (0 = none loaded).")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator used when beta > 0.")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    mask_truncated_completions: bool = Field(False, description="Exclude samples cut at max_completion_length from the loss.")
+    num_iterations: int = Field(1, gt=0, description="Clipped updates per generated batch (PPO epochs, TRL's mu).")
+
+
+class TrainConfig(_Section):
+    max_steps: int = Field(24, gt=0, description="Training steps (one step = one generated batch).")
+    learning_rate: float = Field(2e-5, gt=0, description="Peak AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(0.99, ge=0, lt=1, description="AdamW beta2.")
+    warmup_steps: int = Field(2, ge=0, description="Optimizer steps of linear warm-up.")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Decay after warm-up.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip.")
+    micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward (bounds memory).")
+    logprob_chunk: int = Field(1024, gt=0, description="Tokens per chunk when gathering log-probs.")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
+    skip_zero_advantage: bool = Field(
+        True, description="Do not forward samples whose advantage is exactly 0 when nothing else needs them."
+    )
+
+
+class PlannerConfig(_Section):
+    strategy: Literal["uniform"] = Field("uniform", description="Rollout planning strategy.")
+
+
+class EvalConfig(_Section):
+    every_n_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after).")
+    at_start: bool = Field(True, description="Evaluate before training.")
+    at_end: bool = Field(True, description="Evaluate after training.")
+    batch_size: int = Field(64, gt=0, description="Sequences per evaluation batch.")
+    pass_k: int = Field(0, ge=0, description="Also report pass@k with k sampled answers (0 = off).")
+    max_completion_length: int | None = Field(None, gt=0, description="None = rollout.max_completion_length.")
+
+
+class RunConfig(_Section):
+    output_dir: str = Field("runs", description="Parent folder of run folders.")
+    name: str | None = Field(None, description="Run folder name (default: a timestamp).")
+    seed: int = Field(0, description="One seed for data order, sampling and the planner.")
+    save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
+    keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
+    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores).")
+    progress: bool = Field(True, description="Show a progress bar.")
+    tensorboard: bool = Field(True, description="Write TensorBoard events.")
+
+
+class Config(_Section):
+    model: ModelConfig = Field(default_factory=ModelConfig, description="Model.")
+    data: DataConfig = Field(default_factory=DataConfig, description="Tasks and prompts.")
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="Rewards.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Generation.")
+    algo: AlgoConfig = Field(default_factory=AlgoConfig, description="Advantages and losses.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Optimisation.")
+    planner: PlannerConfig = Field(default_factory=PlannerConfig, description="Rollout planning.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, logging.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Config:
+        a = self.algo
+        if a.epsilon_high is not None and a.epsilon_high < a.epsilon:
+            raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
+        return self
+
+
+# ---------------------------------------------------------------- loading and overrides
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"config key '{key}': '{p}' is not a section")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """Turn ['algo.beta=0.04', 'data.tasks=[...]'] into a nested dict (values parsed as YAML)."""
+    tree: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' is not KEY=VALUE (for example algo.beta=0.04)")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise ConfigError(f"override '{item}' has an empty key")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override '{item}': value is not valid YAML ({e})") from None
+        _set_dotted(tree, key, value)
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Config
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", None)
+        if args:
+            ann = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+        model = ann
+    return list(getattr(model, "model_fields", {}).keys())
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in loc) or "(config)"
+        if e["type"] == "extra_forbidden":
+            known = _fields_at(loc)
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            hint = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?" if close else ""
+            lines.append(f"unknown config key '{key}'.{hint} Known keys here: {', '.join(known)}")
+        elif e["type"] == "literal_error":
+            allowed = e.get("ctx", {}).get("expected", "")
+            lines.append(f"config key '{key}': got {e.get('input')!r}; allowed: {allowed}")
+        else:
+            lines.append(f"config key '{key}': {e['msg']} (got {e.get('input')!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def build_config(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file, then dotted overrides; validated as a whole."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' not found")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
+        data = loaded
+    if overrides:
+        data = _merge(data, parse_overrides(overrides))
+    return build_config(data)
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return cfg.model_dump(mode="json")
+
+
+def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(dotted key, default, description) for every leaf option: the options table and --help-config."""
+    rows: list[tuple[str, str, str]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        key = f"{prefix}{name}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(describe_fields(ann, key + "."))
+            continue
+        default = field.get_default(call_default_factory=True)
+        if isinstance(default, list) and default and isinstance(default[0], BaseModel):
+            default = [d.model_dump(exclude_defaults=True) for d in default]
+        rows.append((key, repr(default), field.description or ""))
+    return rows

@@ -1,0 +1,137 @@
+"""The planner protocol: which prompts to roll out this step, how many samples each, and
+which groups to train on. It sees only prompt uids, rewards and lengths, so the same code
+runs in real training and in the simulator (which replaces the engine and the rewarder).
+
+One step is a conversation with the loop:
+
+    requests = planner.begin_step(step)
+    while requests:
+        results = generate_and_score(requests)     # GroupResult per request
+        requests = planner.observe(results)        # more rounds (backfill, stages) or []
+    outcome = planner.end_step()                   # which uids to train, which to repair
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass
+class Request:
+    """Roll out prompt `uid` `n` times (optionally with its own length cap and temperature)."""
+
+    uid: str
+    n: int
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass
+class GroupResult:
+    """What one request produced: a reward and a response length per sample."""
+
+    uid: str
+    rewards: list[float]
+    lengths: list[int]
+
+
+@dataclass
+class StepOutcome:
+    """The planner's decision at the end of a step.
+
+    `train`: uids whose samples (all rounds of this step together) are trained on.
+    `replay`: uids whose group gets one stored past correct response, gradient stopped.
+    `discarded_rollouts`/`discarded_tokens`: generated this step but not trained on.
+    `notes`: things the user should hear (for example a backfill limit that was reached).
+    """
+
+    train: list[str]
+    replay: list[str] = field(default_factory=list)
+    discarded_rollouts: int = 0
+    discarded_tokens: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class Planner(Protocol):
+    def begin_step(self, step: int) -> list[Request]: ...
+
+    def observe(self, results: list[GroupResult]) -> list[Request]: ...
+
+    def end_step(self) -> StepOutcome: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class PromptStream:
+    """Shuffled passes over the prompt pool; reshuffled each epoch from the seed.
+
+    Its cursor is the run's data position and is saved in checkpoints.
+    """
+
+    def __init__(self, uids: list[str], seed: int):
+        if not uids:
+            raise ValueError("the training prompt pool is empty")
+        self.uids = list(uids)
+        self.seed = seed
+        self.epoch = 0
+        self.cursor = 0
+        self._order = self._shuffle(0)
+
+    def _shuffle(self, epoch: int) -> list[int]:
+        return list(np.random.default_rng([self.seed, epoch]).permutation(len(self.uids)))
+
+    def take(self, k: int) -> list[str]:
+        out = []
+        for _ in range(k):
+            if self.cursor >= len(self._order):
+                self.epoch += 1
+                self.cursor = 0
+                self._order = self._shuffle(self.epoch)
+            out.append(self.uids[self._order[self.cursor]])
+            self.cursor += 1
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "cursor": self.cursor}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+        self.cursor = int(state["cursor"])
+        self._order = self._shuffle(self.epoch)
+
+
+class UniformPlanner:
+    """What TRL does: every step takes the next `prompts_per_step` prompts, `n` samples each,
+    and trains on all of them."""
+
+    def __init__(self, uids: list[str], prompts_per_step: int, num_generations: int, seed: int):
+        self.stream = PromptStream(uids, seed)
+        self.prompts_per_step = prompts_per_step
+        self.n = num_generations
+        self._current: list[str] = []
+
+    def begin_step(self, step: int) -> list[Request]:
+        self._current = self.stream.take(self.prompts_per_step)
+        return [Request(uid, self.n) for uid in self._current]
+
+    def observe(self, results: list[GroupResult]) -> list[Request]:
+        return []
+
+    def end_step(self) -> StepOutcome:
+        return StepOutcome(train=list(self._current))
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stream": self.stream.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.stream.load_state_dict(state["stream"])

@@ -162,8 +162,74 @@ class TrainConfig(_Section):
     )
 
 
+PlannerStrategy = Literal["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3"]
+
+
 class PlannerConfig(_Section):
-    strategy: Literal["uniform"] = Field("uniform", description="Rollout planning strategy.")
+    strategy: PlannerStrategy = Field(
+        "uniform", description="Rollout planning preset: uniform, dapo, greso, mopps, vade, knapsack, dars, ar3po, e3."
+    )
+    estimator: Literal["beta", "two_scale_beta", "window", "last_visit", "rank"] | None = Field(
+        None, description="Solve-rate estimator part (None = the strategy's own)."
+    )
+    selector: Literal["all", "skip", "posterior", "filter"] | None = Field(
+        None, description="Prompt selector part (None = the strategy's own)."
+    )
+    allocator: Literal["fixed", "knapsack", "staged", "hardness", "rank"] | None = Field(
+        None, description="Samples-per-prompt allocator part (None = the strategy's own)."
+    )
+    repair: Literal["none", "replay"] | None = Field(
+        None, description="Repair for all-wrong groups: replay a past correct response (None = the strategy's own)."
+    )
+    budget_rollouts: int | None = Field(
+        None, gt=0, description="Rollouts per step (None = prompts_per_step * num_generations)."
+    )
+    budget_tokens: int | None = Field(
+        None, gt=0, description="Response tokens per step instead of a rollout budget (overshoot carried to the next step)."
+    )
+    min_samples_per_prompt: int | None = Field(
+        None, gt=0, description="Fewest samples a rolled-out prompt gets (None = strategy default: knapsack 2, e3 4)."
+    )
+    max_samples_per_prompt: int | None = Field(
+        None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: knapsack 64, e3 12, dars 32/64)."
+    )
+    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response.")
+    posterior_decay: float = Field(
+        1.0, gt=0, le=1, description="MoPPS decay lambda: alpha <- lambda*alpha + (1-lambda) + successes (1 = no decay)."
+    )
+    vade_fast_decay: float = Field(0.5, gt=0, le=1, description="VADE fast-scale posterior decay.")
+    vade_slow_decay: float = Field(0.95, gt=0, le=1, description="VADE slow-scale posterior decay.")
+    vade_fast_weight: float = Field(0.5, ge=0, le=1, description="Weight of the fast scale in VADE's blended posterior.")
+    estimator_window: int = Field(16, gt=0, description="Rewards kept per prompt by the window/last-visit/rank estimators.")
+    min_observations: int = Field(8, ge=0, description="Knapsack: prompts with fewer observed rewards get num_generations.")
+    target_solve_rate: float = Field(0.5, gt=0, lt=1, description="MoPPS: solve rate the posterior sampling aims at.")
+    candidate_factor: float = Field(
+        4.0, ge=1, description="MoPPS/VADE: candidate prompts scored per selected prompt."
+    )
+    filter_zero_variance: bool | None = Field(
+        None, description="Drop groups with equal rewards from training (None = strategy default: dapo, dars)."
+    )
+    dapo_max_rounds: int = Field(10, gt=0, description="DAPO: most generation rounds per step (verl max_num_gen_batches).")
+    dapo_oversample: float = Field(
+        1.0, ge=1, description="DAPO: prompts generated per missing informative group in each round (DAPO's recipe: 3)."
+    )
+    greso_explore_init: float = Field(0.5, gt=0, le=1, description="GRESO: initial exploration probability p_easy = p_hard.")
+    greso_explore_step: float = Field(0.01, ge=0, description="GRESO: per-step adjustment of the exploration probabilities.")
+    greso_explore_min: float = Field(0.05, ge=0, le=1, description="GRESO: lower clip of the exploration probabilities.")
+    greso_explore_max: float = Field(0.95, ge=0, le=1, description="GRESO: upper clip of the exploration probabilities.")
+    greso_zero_variance_target: float = Field(
+        0.25, ge=0, le=1, description="GRESO: target zero-variance share (1/3 easy, 2/3 hard)."
+    )
+    greso_easy_threshold: float = Field(0.98, description="GRESO: a visit with mean reward >= this counts as easy.")
+    greso_hard_threshold: float = Field(0.11, description="GRESO: a visit with mean reward <= this counts as hard.")
+    ar3po_stages: int = Field(4, gt=0, description="AR3PO: most sampling stages per prompt.")
+    ar3po_stage_size: int | None = Field(
+        None, gt=0, description="AR3PO: responses per stage (None = num_generations // 2)."
+    )
+    dars_schedule: Literal["et", "hw"] = Field(
+        "et", description="DARS: extra-rollout schedule, et (equal treatment) or hw (hardness weighted)."
+    )
+    length_ema: float = Field(0.1, gt=0, le=1, description="EMA weight of the response-length estimate used for token budgets.")
 
 
 class EvalConfig(_Section):

@@ -1,0 +1,147 @@
+"""The `rollwise` command: train, eval, report, simulate, options."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rollwise import __version__
+
+EXAMPLES = """examples:
+  rollwise train                                   # SmolLM2-135M on the built-in arithmetic mixture
+  rollwise train configs/default.yaml train.max_steps=40 algo.loss_type=grpo
+  rollwise train --resume runs/20261130-101500 train.max_steps=60
+  rollwise eval runs/20261130-101500               # score a run's last checkpoint
+  rollwise report runs/20261130-101500             # plots + summary
+  rollwise options                                 # every config key, default and meaning
+"""
+
+
+def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
+    config, overrides = None, []
+    for it in items:
+        if "=" in it:
+            overrides.append(it)
+        elif config is None and (it.endswith((".yaml", ".yml")) or Path(it).is_file()):
+            config = it
+        else:
+            raise SystemExit(f"rollwise: error: '{it}' is neither a config file (.yaml) nor KEY=VALUE override")
+    return config, overrides
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rollwise.config import load_config, parse_overrides
+
+    config, overrides = _split_args(args.items)
+    if args.resume:
+        from rollwise.loop import load_resumed_config
+
+        if config:
+            raise SystemExit("rollwise: error: --resume uses the run's saved config; pass only KEY=VALUE overrides")
+        cfg = load_resumed_config(args.resume, parse_overrides(overrides))
+    else:
+        cfg = load_config(config, overrides)
+    from rollwise.loop import train
+
+    res = train(cfg, resume=args.resume)
+    if res.eval_before or res.eval_after:
+        b, a = res.eval_before.get("eval/accuracy"), res.eval_after.get("eval/accuracy")
+        parts = [f"before {b:.3f}" if b is not None else "", f"after {a:.3f}" if a is not None else ""]
+        print(f"held-out accuracy: {'  '.join(p for p in parts if p)}" + (f"  ({(a - b) * 100:+.1f} points)" if a is not None and b is not None else ""))
+    print(f"run folder: {res.run_dir}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rollwise.evalcmd import run_eval_command
+
+    return run_eval_command(args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rollwise.report import plot_run
+    from rollwise.ui import print_summary
+
+    run_dir = Path(args.run_dir)
+    png = plot_run(run_dir)
+    print_summary(run_dir)
+    print(f"plots: {png}")
+    return 0
+
+
+def cmd_options(args: argparse.Namespace) -> int:
+    from rollwise.config import describe_fields
+
+    rows = describe_fields()
+    if args.markdown:
+        print("| key | default | meaning |\n|---|---|---|")
+        for k, d, desc in rows:
+            print(f"| `{k}` | `{d}` | {desc} |")
+    else:
+        w = max(len(k) for k, _, _ in rows)
+        for k, d, desc in rows:
+            print(f"{k:<{w}}  {desc}  [default: {d}]")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rollwise", description="RL post-training of LLMs with verifiable rewards.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"rollwise {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("train", help="train a model with RL (defaults: SmolLM2-135M, arithmetic mixture)",
+                       description="Train. Arguments: an optional CONFIG.yaml, then KEY=VALUE overrides "
+                       "(see `rollwise options`).")
+    t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="score a model, run folder or checkpoint on held-out tasks",
+                       description="Greedy accuracy (and pass@k with eval.pass_k=K) on the config's held-out split.")
+    e.add_argument("target", nargs="?", help="run folder, checkpoint folder, or model (default: model.name_or_path)")
+    e.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
+    e.set_defaults(func=cmd_eval)
+
+    r = sub.add_parser("report", help="plot a run (PNG) and print its summary")
+    r.add_argument("run_dir")
+    r.set_defaults(func=cmd_report)
+
+    o = sub.add_parser("options", help="list every config key with its default and meaning")
+    o.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    o.set_defaults(func=cmd_options)
+    try:
+        from rollwise.sim.command import register
+    except ImportError:
+        pass
+    else:
+        register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    from rollwise.config import ConfigError
+    from rollwise.models import ModelError
+    from rollwise.training.checkpoint import CheckpointError
+
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, ModelError, CheckpointError, FileNotFoundError, FileExistsError) as e:
+        print(f"rollwise: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rollwise: interrupted; resume with `rollwise train --resume RUN_DIR`", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""`rollwise eval`: score a model, a run folder (its last checkpoint) or a checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from rollwise.config import Config, _merge, build_config, load_config, parse_overrides
+
+
+def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
+    from rollwise.cli import _split_args
+    from rollwise.training.checkpoint import latest_checkpoint
+
+    config, overrides = _split_args(items)
+    if target and (target.endswith((".yaml", ".yml")) or "=" in target):
+        config, overrides = _split_args([target, *items])
+        target = None
+    ckpt = None
+    if target:
+        t = Path(target)
+        run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
+        if (run_dir / "config.yaml").is_file() and not config:
+            saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+            cfg = build_config(_merge(saved, parse_overrides(overrides)))
+            ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
+            if ckpt is None:
+                raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate")
+            return cfg, ckpt
+        overrides = [f"model.name_or_path={target}", *overrides]
+    return load_config(config, overrides), ckpt
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    from rollwise.data import build_items, encode_prompts
+    from rollwise.engine import HFEngine
+    from rollwise.evaluate import evaluate
+    from rollwise.loop import _as_list, set_threads
+    from rollwise.models import DTYPES, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
+    from rollwise.rewards import RewardRunner
+    from rollwise.training.checkpoint import load_checkpoint
+
+    cfg, ckpt = _target_config(args.target, args.items)
+    set_threads(cfg.run.torch_threads)
+    runner = RewardRunner(cfg.reward)
+    _, eval_items = build_items(cfg.data, cfg.run.seed)
+    path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
+    tok = load_tokenizer(path)
+    model = load_model(path, torch.float32)
+    if ckpt is not None:
+        if cfg.model.lora.enabled:
+            model = apply_lora(model, cfg.model)
+        load_checkpoint(ckpt, model)
+    eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
+    engine = HFEngine(base, eos, tok.pad_token_id, DTYPES[cfg.model.dtype], cfg.eval.batch_size,
+                      cfg.rollout.top_p, cfg.rollout.top_k, cfg.run.seed)
+    if hasattr(model, "peft_config"):
+        engine.load_weights(merged_state_dict(model), 0)
+    ids, dropped = encode_prompts(eval_items, tok, cfg.data)
+    keep = [i for i, it in enumerate(eval_items) if it.uid not in set(dropped)]
+    m = evaluate(engine, [eval_items[i] for i in keep], [ids[i] for i in keep], runner, cfg.reward.functions[0].name,
+                 tok, cfg.eval.max_completion_length or cfg.rollout.max_completion_length, cfg.eval.pass_k,
+                 cfg.rollout.temperature, cfg.run.seed)
+    runner.close()
+    table = Table(title=f"eval: {ckpt or cfg.model.name_or_path}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in m.items():
+        table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+    Console().print(table)
+    return 0

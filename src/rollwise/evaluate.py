@@ -1,0 +1,53 @@
+"""Held-out evaluation: greedy accuracy and, when asked, pass@k."""
+
+from __future__ import annotations
+
+import torch
+
+from rollwise.engine import GenerationRequest, HFEngine
+from rollwise.rewards import RewardRunner
+from rollwise.types import PromptItem
+
+
+def is_correct(parts: dict[str, float], primary: str) -> bool:
+    """A sample is correct when the first reward function in the config scores it 1."""
+    return parts.get(primary, 0.0) >= 1.0 - 1e-9
+
+
+def evaluate(
+    engine: HFEngine,
+    items: list[PromptItem],
+    prompt_ids: list[list[int]],
+    runner: RewardRunner,
+    primary: str,
+    tokenizer,
+    max_new_tokens: int,
+    pass_k: int = 0,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Greedy accuracy on `items` (and pass@k with k samples at `temperature` when pass_k > 0)."""
+    if not items:
+        return {}
+    reqs = [GenerationRequest(p, max_new_tokens, greedy=True) for p in prompt_ids]
+    outs = engine.generate(reqs)
+    texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
+    res = runner.score(texts, items)
+    correct = [is_correct(p, primary) for p in res.parts]
+    metrics = {
+        "eval/accuracy": sum(correct) / len(items),
+        "eval/reward_mean": sum(res.rewards) / len(items),
+        "eval/items": float(len(items)),
+        "eval/response_len_mean": sum(len(o.response_ids) for o in outs) / len(items),
+    }
+    if pass_k > 0:
+        gen = torch.Generator().manual_seed(seed + 1_000_003)
+        reqs = [GenerationRequest(p, max_new_tokens, temperature=temperature) for p in prompt_ids for _ in range(pass_k)]
+        outs = engine.generate(reqs, generator=gen)
+        texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
+        rep = [it for it in items for _ in range(pass_k)]
+        res = runner.score(texts, rep)
+        ok = [is_correct(p, primary) for p in res.parts]
+        hits = [any(ok[i * pass_k : (i + 1) * pass_k]) for i in range(len(items))]
+        metrics[f"eval/pass@{pass_k}"] = sum(hits) / len(items)
+    return metrics

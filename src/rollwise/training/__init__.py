@@ -1,0 +1,1 @@
+"""Training: log-probs, the policy update, checkpoints."""

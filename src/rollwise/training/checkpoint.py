@@ -1,0 +1,83 @@
+"""Checkpoints written atomically: a run killed while writing keeps its previous one.
+
+A checkpoint is a folder `checkpoints/step_000012/` with the trainable weights
+(safetensors), optimizer and scheduler state, RNG states, planner and engine state and the
+loop's own counters. It is written to a temporary folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    names = {n for n, p in model.named_parameters() if p.requires_grad}
+    sd = model.state_dict()
+    # Tied weights share storage; safetensors wants each tensor once and contiguous.
+    return {k: v.detach().contiguous().clone() for k, v in sd.items() if k in names}
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
+                    extra: dict[str, Any], keep: int) -> Path:
+    ckdir = Path(run_dir) / "checkpoints"
+    ckdir.mkdir(parents=True, exist_ok=True)
+    final = ckdir / f"step_{step:06d}"
+    tmp = ckdir / f".tmp_step_{step:06d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        save_file(_trainable_state(model), str(tmp / "weights.safetensors"))
+        torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, tmp / "state.pt")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(
+            f"could not write checkpoint to {tmp} ({e.strerror}); free disk space or change run.output_dir. "
+            "The previous checkpoint is intact."
+        ) from None
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(ckdir.glob("step_*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = sorted((Path(run_dir) / "checkpoints").glob("step_*"))
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
+    weights = load_file(str(path / "weights.safetensors"))
+    missing = [k for k in weights if k not in model.state_dict()]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} does not match the model (unknown tensors such as {missing[0]})")
+    model.load_state_dict(weights, strict=False)
+    state = torch.load(path / "state.pt", weights_only=False)
+    return state

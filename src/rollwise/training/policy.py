@@ -1,0 +1,180 @@
+"""The policy update: advantages, then `num_iterations` clipped updates in micro-batches.
+
+Zero-gradient samples cost nothing: a sample whose advantage is exactly 0 adds nothing to
+the policy loss or its gradient, so when no other term needs it (beta = 0, no entropy bonus)
+it is never forwarded. The normalisers (token and sequence counts) still count it, so the
+loss and the gradient are exactly those of the whole batch.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rollwise import algos
+from rollwise.config import Config
+from rollwise.training.logprobs import pack, response_logprobs
+from rollwise.types import Sample
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def lr_lambda(warmup: int, total: int, kind: str):
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant" or total <= warmup:
+            return 1.0
+        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    return f
+
+
+@dataclass
+class _Row:
+    sample: Sample
+    mask_len: int  # tokens that enter the loss (0 if masked out as truncated)
+
+
+class PolicyTrainer:
+    def __init__(self, cfg: Config, model: torch.nn.Module, pad_id: int):
+        self.cfg = cfg
+        self.model = model
+        self.pad_id = pad_id
+        self.dtype = DTYPES[cfg.model.dtype]
+        params = [p for p in model.parameters() if p.requires_grad]
+        t = cfg.train
+        self.optimizer = torch.optim.AdamW(
+            params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay
+        )
+        total_updates = t.max_steps * cfg.algo.num_iterations
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(t.warmup_steps, total_updates, t.lr_scheduler)
+        )
+        self.ref_model = None
+        if cfg.algo.beta > 0 and not hasattr(model, "peft_config"):
+            self.ref_model = copy.deepcopy(model).to(self.dtype).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        if t.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable()
+
+    # ------------------------------------------------------------------ advantages
+    def compute_advantages(self, samples: list[Sample]) -> dict[str, float]:
+        """Set `sample.advantage` for every sample (replayed ones included: they anchor the group)."""
+        if not samples:
+            return {}
+        a = self.cfg.algo
+        uids = {u: i for i, u in enumerate(dict.fromkeys(s.prompt_uid for s in samples))}
+        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)  # [N]
+        groups = torch.tensor([uids[s.prompt_uid] for s in samples])  # [N]
+        fn = algos.get_advantage_fn(a.advantage)
+        adv = fn(rewards, groups, scale=a.scale_rewards) if a.advantage == "grpo" else fn(rewards, groups)
+        for s, v in zip(samples, adv.tolist()):
+            s.advantage = float(v)
+        zero_std = sum(
+            1 for g in range(len(uids)) if torch.unique(rewards[groups == g]).numel() == 1
+        )
+        return {"rollout/frac_zero_std_groups": zero_std / len(uids), "train/advantage_abs_mean": float(adv.abs().mean())}
+
+    # ------------------------------------------------------------------ update
+    def _autocast(self):
+        enabled = self.dtype != torch.float32
+        return torch.autocast("cpu", dtype=self.dtype, enabled=enabled) if not torch.cuda.is_available() else \
+            torch.autocast("cuda", dtype=self.dtype, enabled=enabled)
+
+    def update(self, samples: list[Sample]) -> dict[str, float]:
+        """num_iterations optimizer steps on `samples` (advantages already set)."""
+        cfg, a = self.cfg, self.cfg.algo
+        rows = []
+        for s in samples:
+            if s.stop_gradient:
+                continue
+            masked = a.mask_truncated_completions and s.finish_reason == "length"
+            rows.append(_Row(s, 0 if masked else s.num_response_tokens))
+        num_sequences = len(rows)
+        num_tokens = sum(r.mask_len for r in rows)
+        needs_all = a.beta > 0 or a.entropy_coef > 0 or not cfg.train.skip_zero_advantage
+        active = [r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)]
+        active.sort(key=lambda r: len(r.sample.prompt_ids) + r.sample.num_response_tokens)
+        mb = cfg.train.micro_batch_size
+        micro = [active[i : i + mb] for i in range(0, len(active), mb)]
+        loss_fn = algos.get_policy_loss(a.policy_loss)
+        eps_high = a.epsilon_high if a.epsilon_high is not None else a.epsilon
+        old: dict[int, torch.Tensor] = {}
+        sums: dict[str, float] = {}
+        tok_w = 0.0
+        self.model.train()
+        for it in range(a.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            total_loss = 0.0
+            for mi, rws in enumerate(micro):
+                batch = pack([r.sample.prompt_ids for r in rws], [r.sample.response_ids for r in rws], self.pad_id)
+                mask = batch.response_mask.clone()  # [b, R]
+                for b, r in enumerate(rws):
+                    if r.mask_len == 0:
+                        mask[b] = 0
+                with self._autocast():
+                    logp, ent = response_logprobs(
+                        self.model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk, a.entropy_coef > 0
+                    )  # [b, R]
+                if it == 0:
+                    old[mi] = logp.detach()
+                adv = torch.tensor([r.sample.advantage for r in rws], dtype=torch.float32)  # [b]
+                kwargs = {"epsilon": a.epsilon, "epsilon_high": eps_high}
+                if a.policy_loss == "ppo_clip":
+                    kwargs["dual_clip"] = a.dual_clip
+                per_tok, m = loss_fn(logp, old[mi], adv, mask, **kwargs)  # [b, R]
+                if a.beta > 0:
+                    ref = self._ref_logprobs(batch)
+                    kl = algos.kl_penalty(logp, ref, a.kl_estimator)  # [b, R]
+                    per_tok = per_tok + a.beta * kl
+                    m = {**m, "kl": algos.masked_mean(kl.detach(), mask)}
+                if a.entropy_coef > 0:
+                    per_tok = per_tok - a.entropy_coef * ent
+                    m = {**m, "entropy": algos.masked_mean(ent.detach(), mask)}
+                loss = algos.aggregate_loss(
+                    per_tok, mask, a.loss_type, max_completion_length=cfg.rollout.max_completion_length,
+                    num_tokens=num_tokens, num_sequences=num_sequences,
+                )
+                loss.backward()
+                total_loss += float(loss.detach())
+                if it == a.num_iterations - 1:
+                    w = float(mask.sum())
+                    tok_w += w
+                    for k, v in m.items():
+                        sums[k] = sums.get(k, 0.0) + float(v) * w
+            if not micro:  # nothing to forward: the true gradient is exactly zero, the step still happens
+                for p in self.model.parameters():
+                    if p.requires_grad:
+                        p.grad = torch.zeros_like(p)
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], self.cfg.train.max_grad_norm
+            )
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        out = {f"loss/{k}": v / tok_w for k, v in sums.items()} if tok_w else {}
+        out.update({
+            "loss/policy": total_loss,
+            "train/grad_norm": float(grad_norm) if micro else 0.0,
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/sequences": float(num_sequences),
+            "train/forwarded_sequences": float(len(active)),
+            "train/skipped_zero_adv": float(num_sequences - len(active)),
+        })
+        return out
+
+    @torch.no_grad()
+    def _ref_logprobs(self, batch) -> torch.Tensor:
+        with self._autocast():
+            if self.ref_model is not None:
+                lp, _ = response_logprobs(self.ref_model, batch, self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)
+            else:  # LoRA: the base model with adapters switched off is the reference
+                with self.model.disable_adapter():
+                    lp, _ = response_logprobs(self.model, batch, self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)
+        return lp

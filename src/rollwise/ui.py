@@ -1,0 +1,81 @@
+"""What the terminal shows: a progress bar with reward, accuracy and tokens/s, and a summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(stderr=True)
+
+
+class StepProgress:
+    def __init__(self, total: int, start: int, enabled: bool = True):
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, disable=not enabled,
+        )
+        self.task = self.progress.add_task("train", total=total, completed=start, info="")
+        if enabled:
+            self.progress.start()
+
+    def update(self, step: int, m: dict[str, Any]) -> None:
+        info = (f"reward {m.get('rollout/reward_mean', 0):.3f}  acc {m.get('rollout/accuracy', 0):.2f}  "
+                f"{m.get('rollout/tokens_per_s', 0):.0f} tok/s")
+        if "eval/accuracy" in m:
+            info += f"  eval {m['eval/accuracy']:.3f}"
+        self.progress.update(self.task, completed=step, info=info)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            self.progress.console.print(f"[yellow]{text}")
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+
+def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The numbers a user wants at the end of a run, from its metrics.jsonl lines."""
+    steps = [h for h in history if "rollout/reward_mean" in h]
+    evals = [h for h in history if "eval/accuracy" in h]
+    out: dict[str, Any] = {"steps": max((h["step"] for h in steps), default=0)}
+    if evals:
+        out["eval accuracy (first)"] = f"{evals[0]['eval/accuracy']:.3f} @ step {evals[0]['step']}"
+        out["eval accuracy (last)"] = f"{evals[-1]['eval/accuracy']:.3f} @ step {evals[-1]['step']}"
+        for k in evals[-1]:
+            if k.startswith("eval/pass@"):
+                out[k] = f"{evals[-1][k]:.3f}"
+    if steps:
+        k = max(1, len(steps) // 4)
+        out["train reward (first quarter)"] = f"{sum(h['rollout/reward_mean'] for h in steps[:k]) / k:.3f}"
+        out["train reward (last quarter)"] = f"{sum(h['rollout/reward_mean'] for h in steps[-k:]) / k:.3f}"
+        out["rollouts generated"] = int(steps[-1].get("rollout/rollouts_total", 0))
+        out["rollout tokens"] = int(steps[-1].get("rollout/tokens_total", 0))
+        times = sorted(h["time/step_s"] for h in steps)
+        out["median step time (s)"] = f"{times[len(times) // 2]:.1f}"
+        gen = sum(h["time/generate_s"] for h in steps)
+        tot = sum(h["time/step_s"] for h in steps)
+        out["generation share of step time"] = f"{gen / tot:.0%}" if tot else "-"
+        out["skipped zero-advantage samples"] = f"{sum(h.get('train/skipped_zero_adv', 0) for h in steps):.0f}"
+        errs = sum(h.get("reward/errors", 0) + h.get("reward/timeouts", 0) + h.get("reward/nans", 0) for h in steps)
+        out["reward failures (scored 0)"] = int(errs)
+    return out
+
+
+def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
+    from rollwise.tracking import read_metrics
+
+    summary = summarize(read_metrics(run_dir))
+    table = Table(title=title or f"rollwise run {run_dir}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in summary.items():
+        table.add_row(k, str(v))
+    Console().print(table)
+    return summary

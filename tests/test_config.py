@@ -1,0 +1,67 @@
+import pytest
+
+from rollwise.config import ConfigError, describe_fields, load_config, parse_overrides
+
+
+def test_defaults_are_valid():
+    cfg = load_config()
+    assert cfg.model.name_or_path == "smollm2-135m"
+    assert cfg.rollout.num_generations == 8
+
+
+def test_dotted_overrides_parse_yaml_values():
+    cfg = load_config(None, ["algo.beta=0.04", "algo.loss_type=grpo", "rollout.temperature=0.7", "model.lora.enabled=true"])
+    assert cfg.algo.beta == 0.04 and cfg.algo.loss_type == "grpo"
+    assert cfg.rollout.temperature == 0.7 and cfg.model.lora.enabled is True
+
+
+def test_unknown_key_names_key_and_suggests():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algo.loss_typ=grpo"])
+    msg = str(e.value)
+    assert "algo.loss_typ" in msg and "Did you mean 'algo.loss_type'" in msg
+
+
+def test_unknown_section():
+    with pytest.raises(ConfigError, match="unknown config key 'algorithm'"):
+        load_config(None, ["algorithm.beta=1"])
+
+
+def test_bad_literal_lists_allowed_values():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algo.loss_type=foo"])
+    assert "algo.loss_type" in str(e.value) and "'dapo'" in str(e.value)
+
+
+def test_wrong_type_and_impossible_values():
+    with pytest.raises(ConfigError, match="rollout.num_generations"):
+        load_config(None, ["rollout.num_generations=abc"])
+    with pytest.raises(ConfigError, match="rollout.num_generations"):
+        load_config(None, ["rollout.num_generations=0"])
+    with pytest.raises(ConfigError, match="epsilon_high"):
+        load_config(None, ["algo.epsilon=0.3", "algo.epsilon_high=0.2"])
+    with pytest.raises(ConfigError, match="unknown reward"):
+        load_config(None, ["reward.functions=[{name: nope}]"])
+
+
+def test_yaml_file(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("algo:\n  beta: 0.1\ntrain:\n  max_steps: 3\n")
+    cfg = load_config(p, ["train.max_steps=5"])
+    assert cfg.algo.beta == 0.1 and cfg.train.max_steps == 5
+    p.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(p)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_override_syntax_errors():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["algo.beta"])
+
+
+def test_every_field_is_documented():
+    rows = describe_fields()
+    assert len(rows) > 40
+    assert all(desc for _, _, desc in rows), [k for k, _, d in rows if not d]

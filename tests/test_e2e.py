@@ -1,0 +1,83 @@
+"""The whole loop on a tiny model through the real `rollwise` entry point."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from rollwise.cli import main
+
+TESTS = Path(__file__).parent
+
+
+def _args(model_dir, out, name, steps, extra=()):
+    return [
+        f"model.name_or_path={model_dir}", "model.dtype=float32",
+        "data.tasks=[{name: chain_sum, params: {min_terms: 2, max_terms: 2, max_digits: 1}}]",
+        "data.train_size=40", "data.eval_size=8",
+        "reward.functions=[{name: 'rewards_for_tests:digit_share'}]",
+        "rollout.prompts_per_step=4", "rollout.num_generations=4", "rollout.max_completion_length=8",
+        "rollout.batch_size=8", "train.learning_rate=0.003", "train.warmup_steps=0", "train.micro_batch_size=8",
+        f"train.max_steps={steps}", "run.save_every=2", "run.torch_threads=1", "run.progress=false",
+        f"run.output_dir={out}", f"run.name={name}", *extra,
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _tests_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+def _train_lines(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "rollout/tokens_per_s"))}
+            for r in rows if "rollout/reward_mean" in r]
+
+
+def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "learn", 8, ["eval.pass_k=2"])]) == 0
+    run = tmp_path / "learn"
+    assert (run / "config.yaml").is_file()
+    assert list((run / "tensorboard").glob("events.*"))
+    assert (run / "checkpoints" / "step_000008" / "weights.safetensors").is_file()
+    assert len(list((run / "checkpoints").glob("step_*"))) == 2  # keep_checkpoints
+    lines = _train_lines(run)
+    assert [r["step"] for r in lines] == list(range(1, 9))
+    first, last = lines[0]["rollout/reward_mean"], lines[-1]["rollout/reward_mean"]
+    assert last > first + 0.1, (first, last)  # the policy really moved toward the reward
+    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
+    assert [e["step"] for e in evals] == [0, 8] and "eval/pass@2" in evals[0]
+    assert "held-out accuracy" in capsys.readouterr().out
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.png").stat().st_size > 1000
+    assert main(["eval", str(run), "run.progress=false"]) == 0
+
+
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 4, ["eval.at_start=false", "eval.at_end=false"])]) == 0
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 2, ["eval.at_start=false", "eval.at_end=false"])]) == 0
+    assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=4"]) == 0
+    assert _train_lines(tmp_path / "full") == _train_lines(tmp_path / "half")
+    a = load_file(str(tmp_path / "full" / "checkpoints" / "step_000004" / "weights.safetensors"))
+    b = load_file(str(tmp_path / "half" / "checkpoints" / "step_000004" / "weights.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, capsys):
+    assert main(["train", "algo.loss_typ=grpo"]) == 2
+    assert "Did you mean 'algo.loss_type'" in capsys.readouterr().err
+    assert main(["train", f"model.name_or_path={tmp_path}/nope", f"run.output_dir={tmp_path}"]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["train", "reward.functions=[{name: 'no_such_module:f'}]", f"run.output_dir={tmp_path}"]) == 2
+    assert "no_such_module" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "missing")]) == 2
+
+
+def test_console_entry_point_help():
+    out = subprocess.run([sys.executable, "-m", "rollwise", "train", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--resume" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "rollwise", "options"], capture_output=True, text=True)
+    assert "algo.epsilon_high" in out.stdout

@@ -1,0 +1,77 @@
+import torch
+
+from rollwise.engine import GenerationRequest, HFEngine
+from rollwise.models import load_model, load_tokenizer
+from rollwise.training.logprobs import pack, response_logprobs
+
+
+def _setup(tiny_model_dir):
+    tok = load_tokenizer(str(tiny_model_dir))
+    model = load_model(str(tiny_model_dir))
+    eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=4, seed=0)
+    return tok, model, eng
+
+
+def test_greedy_batched_matches_one_at_a_time_and_generate(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    prompts = [tok("12+34=")["input_ids"], tok("a much longer prompt: 7*8=")["input_ids"], tok("x")["input_ids"]]
+    batched = eng.generate([GenerationRequest(p, 12, greedy=True) for p in prompts])
+    for p, out in zip(prompts, batched):
+        single = eng.generate([GenerationRequest(p, 12, greedy=True)])[0]
+        assert single.response_ids == out.response_ids
+        ref = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id)[0, len(p):].tolist()
+        if tok.eos_token_id in ref:
+            ref = ref[: ref.index(tok.eos_token_id) + 1]
+        assert out.response_ids == ref
+
+
+def test_behaviour_logprobs_match_fresh_forward(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    prompts = [tok("hello")["input_ids"], tok("9-3=?")["input_ids"]]
+    outs = eng.generate([GenerationRequest(p, 10, temperature=0.7) for p in prompts])
+    batch = pack(prompts, [o.response_ids for o in outs], tok.pad_token_id)
+    with torch.no_grad():
+        lp, _ = response_logprobs(model, batch, temperature=0.7, chunk_tokens=3)
+    for b, o in enumerate(outs):
+        n = len(o.response_ids)
+        torch.testing.assert_close(lp[b, :n], torch.tensor(o.logprobs), atol=1e-4, rtol=1e-4)
+        assert o.versions == [0] * n
+        assert o.finish_reason in ("stop", "length")
+        assert (o.finish_reason == "length") == (n == 10 and o.response_ids[-1] != tok.eos_token_id)
+
+
+def test_sampling_is_seeded(tiny_model_dir):
+    tok, model, _ = _setup(tiny_model_dir)
+    runs = []
+    for _ in range(2):
+        eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, seed=5)
+        runs.append([o.response_ids for o in eng.generate([GenerationRequest([5, 6, 7], 8)] * 3)])
+    assert runs[0] == runs[1]
+
+
+def test_load_weights_changes_outputs_and_version(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    sd = {k: v + 0.5 for k, v in model.state_dict().items()}
+    before = eng.generate([GenerationRequest([5, 6, 7], 6, greedy=True)])[0]
+    eng.load_weights(sd, version=3)
+    after = eng.generate([GenerationRequest([5, 6, 7], 6, greedy=True)])[0]
+    assert after.versions == [3] * len(after.response_ids)
+    assert after.logprobs != before.logprobs
+
+
+def test_chunked_logprobs_equal_full_logsoftmax_and_have_grad(tiny_model_dir):
+    tok, model, _ = _setup(tiny_model_dir)
+    batch = pack([[5, 6], [7, 8, 9]], [[10, 11, 12], [13]], tok.pad_token_id)
+    lp, ent = response_logprobs(model, batch, temperature=1.0, chunk_tokens=2, want_entropy=True)
+    full = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits
+    logsm = torch.log_softmax(full.float(), -1)
+    P = batch.prompt_len
+    expect0 = torch.stack([logsm[0, P - 1 + i, t] for i, t in enumerate([10, 11, 12])])
+    torch.testing.assert_close(lp[0, :3], expect0, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lp[1, 0], logsm[1, P - 1, 13], atol=1e-5, rtol=1e-5)
+    assert lp[1, 1:].abs().sum() == 0
+    ent_expect = -(logsm[0, P - 1].exp() * logsm[0, P - 1]).sum()
+    torch.testing.assert_close(ent[0, 0], ent_expect, atol=1e-5, rtol=1e-5)
+    lp.sum().backward()
+    assert model.model.embed_tokens.weight.grad is not None

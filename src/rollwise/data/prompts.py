@@ -1,0 +1,79 @@
+"""Turn items into prompt text and token ids.
+
+The user message is the question, a newline and `cfg.instruction`. With
+`use_chat_template` and a tokenizer that has a chat template, it is wrapped as chat
+messages (with `cfg.system_prompt` as a system message when set) and rendered with
+`apply_chat_template(..., add_generation_prompt=True)`. If the template refuses a system
+message, the system prompt is put in front of the user message instead. Without a chat
+template (or with `use_chat_template: false`) the plain user text is the prompt, and the
+system prompt is not used.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rollwise.config import DataConfig
+from rollwise.types import PromptItem
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def user_text(item: PromptItem, cfg: DataConfig) -> str:
+    """The question followed by the instruction (when there is one)."""
+    return f"{item.question}\n{cfg.instruction}" if cfg.instruction else item.question
+
+
+def _render(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> tuple[str, bool]:
+    """(prompt text, whether a chat template rendered it)."""
+    text = user_text(item, cfg)
+    if not cfg.use_chat_template:
+        return text, False
+    if not getattr(tokenizer, "chat_template", None):
+        if "no_template" not in _warned:
+            _warned.add("no_template")
+            log.warning("tokenizer has no chat template; using plain-text prompts")
+        return text, False
+    user = {"role": "user", "content": text}
+    attempts = [[user]]
+    if cfg.system_prompt:
+        merged = {"role": "user", "content": f"{cfg.system_prompt}\n\n{text}"}
+        attempts = [[{"role": "system", "content": cfg.system_prompt}, user], [merged]]
+    for messages in attempts:
+        try:
+            out = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001  (a template that rejects the system role)
+            error = e
+            continue
+        return str(out), True
+    if "template_error" not in _warned:
+        _warned.add("template_error")
+        log.warning("chat template failed (%s: %s); using plain-text prompts", type(error).__name__, error)
+    return text, False
+
+
+def format_prompt(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> str:
+    """The prompt text for one item (see the module docstring)."""
+    return _render(item, tokenizer, cfg)[0]
+
+
+def encode_prompts(
+    items: list[PromptItem], tokenizer: Any, cfg: DataConfig
+) -> tuple[list[list[int]], list[str]]:
+    """(token ids of every item, uids of the items longer than cfg.max_prompt_length).
+
+    `ids[i]` belongs to `items[i]` (dropped items keep their entry, so positions line up);
+    callers skip the uids in `dropped`. Chat-rendered text already holds the template's
+    special tokens, so only plain text gets the tokenizer's own special tokens (such as BOS).
+    """
+    ids: list[list[int]] = []
+    dropped: list[str] = []
+    for item in items:
+        text, templated = _render(item, tokenizer, cfg)
+        tokens = list(tokenizer(text, add_special_tokens=not templated)["input_ids"])
+        if len(tokens) > cfg.max_prompt_length:
+            dropped.append(item.uid)
+        ids.append(tokens)
+    return ids, dropped

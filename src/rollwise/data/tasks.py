@@ -1,0 +1,222 @@
+"""Build the training and evaluation items of a task mixture.
+
+`train_size` and `eval_size` are split among the tasks in proportion to their weights
+(largest remainder; ties go to the earlier task).
+
+reasoning-gym tasks: train items come from `create_dataset(name, size, seed=s_train)`, eval
+items from another, far-away seed (reasoning-gym seeds items with seed + index, so nearby
+seeds share items). An eval item whose question text appears anywhere in training is skipped
+and the next one is drawn; a generator whose question space is too small to supply enough
+new questions gives fewer eval items, with a warning.
+
+File tasks (`path` set): rows are read through `datasets`; rows with a missing or empty
+question or answer are skipped (counted in a warning). Valid rows are shuffled by seed; the
+last ones go to eval (this task's share of `eval_size`, at most 20% of the rows), the first
+ones to training (its share of `train_size`, at most what is left: rows are never repeated).
+Eval rows whose question is in training are dropped. `entry` is {"question", "answer"}, so
+the reasoning_gym reward scores file items with `exact_match`.
+
+uids: "<task>:<split>:<index>" (reasoning-gym index, or row number in the file); a task name
+used twice gets "#2", "#3" in the uid. Train items are shuffled by seed; eval keeps task order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import logging
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+from rollwise.config import ConfigError, DataConfig, TaskSpec
+from rollwise.types import PromptItem
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_EVAL_SHARE = 0.2
+_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_LIST_HINT = "python -c \"import reasoning_gym.factory as f; print(sorted(f.DATASETS))\""
+
+
+def allocate(total: int, weights: list[float]) -> list[int]:
+    """Split `total` in proportion to `weights`: largest remainder, ties to the earlier index."""
+    exact = [total * w / sum(weights) for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def _seed(seed: int, *parts: object) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31 - 2**24)
+
+
+def _labels(tasks: list[TaskSpec]) -> list[str]:
+    labels: list[str] = []
+    for t in tasks:
+        k = sum(1 for other in tasks[: len(labels)] if other.name == t.name)
+        labels.append(t.name if k == 0 else f"{t.name}#{k + 1}")
+    return labels
+
+
+# ------------------------------------------------------------------ reasoning-gym
+
+
+def _rg_dataset(task: TaskSpec, size: int, seed: int) -> Any:
+    import reasoning_gym
+    from reasoning_gym.factory import DATASETS
+
+    if task.name not in DATASETS:
+        close = difflib.get_close_matches(task.name, list(DATASETS), n=4, cutoff=0.5)
+        hint = f" Close names: {', '.join(close)}." if close else ""
+        raise ConfigError(f"data.tasks: unknown reasoning-gym generator '{task.name}'.{hint} List all with: {_LIST_HINT}")
+    clash = {"size", "seed"} & set(task.params)
+    if clash:
+        raise ConfigError(f"data.tasks['{task.name}'].params: {', '.join(sorted(clash))} is set by rollwise; remove it")
+    config_cls = DATASETS[task.name][1]
+    if dataclasses.is_dataclass(config_cls):
+        known = {f.name for f in dataclasses.fields(config_cls)} - {"size", "seed"}
+        bad = sorted(set(task.params) - known)
+        if bad:
+            raise ConfigError(
+                f"data.tasks['{task.name}'].params: unknown parameter(s) {', '.join(bad)}; "
+                f"allowed: {', '.join(sorted(known))}"
+            )
+    try:
+        return reasoning_gym.create_dataset(task.name, size=size, seed=seed, **task.params)
+    except (TypeError, ValueError, AssertionError) as e:
+        raise ConfigError(f"data.tasks['{task.name}'].params {task.params}: {type(e).__name__}: {e}") from None
+
+
+def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str, Any]) -> PromptItem:
+    return PromptItem(
+        uid=f"{label}:{split}:{index}", task=task.name, question=str(entry["question"]),
+        answer=str(entry["answer"]), entry=entry,
+    )
+
+
+def _rg_train(task: TaskSpec, label: str, n: int, seed: int) -> list[PromptItem]:
+    ds = _rg_dataset(task, max(n, 1), _seed(seed, label, "train"))  # validates even when n == 0
+    return [_rg_item(task, label, "train", i, ds[i]) for i in range(n)]
+
+
+def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> list[PromptItem]:
+    if n == 0:
+        return []
+    budget = 20 * n + 200  # candidates tried before giving up on a small question space
+    ds = _rg_dataset(task, budget, _seed(seed, label, "eval"))
+    out: list[PromptItem] = []
+    for i in range(budget):
+        item = _rg_item(task, label, "eval", i, ds[i])
+        if item.question not in seen:
+            seen.add(item.question)
+            out.append(item)
+            if len(out) == n:
+                break
+    if len(out) < n:
+        log.warning(
+            "task '%s': only %d of %d eval items are new questions not seen in training "
+            "(its question space is small); eval has %d from it",
+            label, len(out), n, len(out),
+        )
+    return out
+
+
+# ------------------------------------------------------------------ files
+
+
+def _cell(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip()
+    return text or None
+
+
+def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
+    """(row number, question, answer) of the valid rows of a file task."""
+    path = Path(task.path or "")
+    fmt = _FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise ConfigError(f"data.tasks['{task.name}']: '{path}' must end in {', '.join(_FORMATS)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"data.tasks['{task.name}']: file '{path}' not found")
+    from datasets import load_dataset
+
+    extra = {"keep_default_na": False} if fmt == "csv" else {}
+    ds = load_dataset(fmt, data_files=str(path), split="train", **extra)
+    for col, key in ((task.prompt_column, "prompt_column"), (task.answer_column, "answer_column")):
+        if col not in ds.column_names:
+            raise ConfigError(
+                f"data.tasks['{task.name}']: {key} '{col}' is not a column of '{path}'; "
+                f"columns present: {', '.join(ds.column_names)}"
+            )
+    rows, skipped = [], 0
+    for i, (q, a) in enumerate(zip(ds[task.prompt_column], ds[task.answer_column])):
+        question, answer = _cell(q), _cell(a)
+        if question is None or answer is None:
+            skipped += 1
+        else:
+            rows.append((i, question, answer))
+    if not rows:
+        raise ConfigError(f"data.tasks['{task.name}']: no valid rows in '{path}' ({skipped} rows lack a question or answer)")
+    if skipped:
+        log.warning("task '%s': skipped %d malformed rows of '%s' (missing/empty question or answer)", task.name, skipped, path)
+    return rows
+
+
+def _file_item(task: TaskSpec, label: str, split: str, row: tuple[int, str, str]) -> PromptItem:
+    i, question, answer = row
+    return PromptItem(
+        uid=f"{label}:{split}:{i}", task=task.name, question=question, answer=answer,
+        entry={"question": question, "answer": answer},
+    )
+
+
+def _file_split(
+    task: TaskSpec, label: str, n_train: int, n_eval: int, seed: int
+) -> tuple[list[PromptItem], list[PromptItem]]:
+    rows = _load_rows(task)
+    random.Random(_seed(seed, label, "file")).shuffle(rows)
+    n_eval = min(n_eval, math.floor(MAX_FILE_EVAL_SHARE * len(rows)))
+    head, tail = rows[: len(rows) - n_eval], rows[len(rows) - n_eval :]
+    if n_train > len(head):
+        log.warning("task '%s': wanted %d training rows, the file has %d; using all", label, n_train, len(head))
+    train = [_file_item(task, label, "train", r) for r in head[:n_train]]
+    return train, [_file_item(task, label, "eval", r) for r in tail]
+
+
+# ------------------------------------------------------------------ the mixture
+
+
+def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[PromptItem]]:
+    """(train, eval) items of the mixture `cfg.tasks`; deterministic in `seed`."""
+    weights = [t.weight for t in cfg.tasks]
+    n_train, n_eval = allocate(cfg.train_size, weights), allocate(cfg.eval_size, weights)
+    labels = _labels(cfg.tasks)
+    train: list[PromptItem] = []
+    file_eval: dict[int, list[PromptItem]] = {}
+    for k, task in enumerate(cfg.tasks):
+        if task.path:
+            part, file_eval[k] = _file_split(task, labels[k], n_train[k], n_eval[k], seed)
+        else:
+            part = _rg_train(task, labels[k], n_train[k], seed)
+        train.extend(part)
+    seen = {item.question for item in train}
+    evals: list[PromptItem] = []
+    for k, task in enumerate(cfg.tasks):
+        if task.path:
+            for it in file_eval[k]:
+                if it.question not in seen:
+                    seen.add(it.question)
+                    evals.append(it)
+        else:
+            evals.extend(_rg_eval(task, labels[k], n_eval[k], seed, seen))
+    random.Random(_seed(seed, "order")).shuffle(train)
+    return train, evals

@@ -1,0 +1,254 @@
+"""Score completions with the configured reward functions, safely.
+
+The functions run in one worker process (multiprocessing "spawn": the trainer has torch
+threads, so it must not fork). A whole batch goes to the worker in one message; the worker
+answers after every (sample, function) call. A call that raises, returns NaN/None/a
+non-number, or runs past `RewardConfig.timeout` scores 0 and is counted; on a timeout the
+worker is killed and restarted and the batch continues after the stuck call. Nothing a
+reward function does stops the run.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.util import Finalize
+from typing import Any, Self
+
+from rollwise.config import RewardConfig
+from rollwise.types import PromptItem
+
+MAX_MESSAGES = 5
+STARTUP_TIMEOUT = 120.0  # seconds for the worker to import its functions (not a reward call)
+
+
+@dataclass
+class RewardResult:
+    """Per-sample weighted rewards and parts, plus what went wrong (counted, not raised)."""
+
+    rewards: list[float]
+    parts: list[dict[str, float]]
+    errors: int = 0
+    timeouts: int = 0
+    nans: int = 0
+    messages: list[str] = field(default_factory=list)
+
+    def _note(self, kind: str, message: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        if len(self.messages) < MAX_MESSAGES:
+            self.messages.append(message)
+
+
+# ------------------------------------------------------------------ worker side
+
+
+def _check(name: str, value: Any) -> tuple[float, str, str]:
+    """(score, status, message) for a function's return value (numpy/0-d torch scalars work)."""
+    try:
+        score = None if isinstance(value, (str, bytes)) else float(value)
+    except Exception:  # noqa: BLE001  (None, lists, multi-element tensors, ...)
+        score = None
+    if score is None:
+        return 0.0, "errors", f"{name} returned {type(value).__name__} {str(value)[:60]!r}, expected a number"
+    if not math.isfinite(score):
+        return 0.0, "nans", f"{name} returned {score}"
+    return score, "ok", ""
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent_pid: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
+        os.environ[var] = "false" if var == "TOKENIZERS_PARALLELISM" else "1"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    sys.path[:] = sys_path
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    from rollwise.rewards import verifiers
+
+    try:
+        fns = [verifiers.resolve(n) for n in names]
+        if "reasoning_gym" in names:
+            import reasoning_gym  # noqa: F401  (import time must not count against a call)
+        if "math_verify" in names:
+            verifiers.math_verify("1", PromptItem(uid="", task="", question="", answer="1"))
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+    except BaseException as e:  # noqa: BLE001  (reported to the parent, which raises)
+        conn.send(("init_error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "stop":
+            return
+        _, first_fn, completions, items = msg
+        if "reasoning_gym" in names:
+            verifiers.prepare_reasoning_gym(items)
+        conn.send(("prepared",))
+        for i, (completion, item) in enumerate(zip(completions, items)):
+            for f in range(first_fn if i == 0 else 0, len(fns)):
+                try:
+                    out = _check(names[f], fns[f](completion, item))
+                except BaseException as e:  # noqa: BLE001  (the contract: count, never stop)
+                    out = (0.0, "errors", f"{names[f]} raised {type(e).__name__}: {e}")
+                conn.send(out)
+
+
+# ------------------------------------------------------------------ parent side
+
+
+def _stop(proc: Any, conn: Connection) -> None:
+    try:
+        conn.close()
+    except OSError:
+        pass
+    if proc.is_alive():
+        proc.kill()
+    proc.join(timeout=5)
+
+
+class RewardRunner:
+    """Scores batches with the weighted sum of `cfg.functions`; see the module docstring.
+
+    Unknown or unimportable functions raise ConfigError here, before any model loads. The
+    worker starts on the first `score` call; `close()` (or `with`) stops it.
+    """
+
+    def __init__(self, cfg: RewardConfig) -> None:
+        from rollwise.rewards.verifiers import resolve
+
+        self.cfg = cfg
+        self.names = [spec.name for spec in cfg.functions]
+        self.weights = [spec.weight for spec in cfg.functions]
+        self.keys: list[str] = []
+        for name in self.names:
+            key, k = name, 2
+            while key in self.keys:
+                key, k = f"{name}#{k}", k + 1
+            self.keys.append(key)
+        for name in self.names:
+            resolve(name)  # fail fast: ConfigError naming the function
+        self.restarts = 0
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._finalizer: Finalize | None = None
+
+    # -- worker lifecycle
+
+    def _start(self) -> Connection:
+        ctx = mp.get_context("spawn")
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(child_conn, self.names, list(sys.path), os.getpid()),
+            name="rollwise-reward-worker",
+            daemon=False,  # reward functions may start their own processes
+        )
+        proc.start()
+        child_conn.close()
+        self._proc, self._conn = proc, parent_conn
+        self._finalizer = Finalize(self, _stop, args=(proc, parent_conn), exitpriority=10)
+        msg = self._recv(STARTUP_TIMEOUT)
+        if msg is None or msg[0] != "ready":
+            self._kill()
+            why = msg[1] if msg is not None and msg[0] == "init_error" else "it died or did not start in time"
+            raise RuntimeError(f"reward worker failed to start: {why}")
+        return parent_conn
+
+    def _recv(self, timeout: float) -> tuple | None:
+        """The next worker message; None after `timeout` seconds; ("dead",) if the worker died."""
+        assert self._conn is not None
+        try:
+            if not self._conn.poll(timeout):
+                return None
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return ("dead",)
+
+    def _kill(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # runs _stop once
+        self._proc, self._conn, self._finalizer = None, None, None
+
+    def close(self) -> None:
+        """Stop the worker (a later `score` starts a new one)."""
+        if self._conn is not None:
+            try:
+                self._conn.send(("stop",))
+            except OSError:
+                pass
+            if self._proc is not None:
+                self._proc.join(timeout=2)
+        self._kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scoring
+
+    def score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
+        """Weighted rewards for completions[i] answering items[i]."""
+        if len(completions) != len(items):
+            raise ValueError(f"score: {len(completions)} completions but {len(items)} items")
+        n, nf = len(items), len(self.names)
+        values = [[0.0] * nf for _ in range(n)]
+        result = RewardResult(rewards=[], parts=[])
+        pos = 0  # next call, numbered sample * nf + function
+        try:
+            while pos < n * nf:
+                conn = self._conn if self._conn is not None else self._start()
+                i0 = pos // nf
+                batch = ("batch", pos % nf, completions[i0:], items[i0:])
+                try:
+                    conn.send(batch)
+                except OSError:  # the idle worker died since the last batch: start afresh
+                    self._kill()
+                    self._start().send(batch)
+                if self._recv(STARTUP_TIMEOUT) != ("prepared",):
+                    self._kill()
+                    for p in range(pos, n * nf):
+                        result._note("timeouts", f"sample {p // nf}: reward worker stuck preparing the batch")
+                    break
+                while pos < n * nf:
+                    msg = self._recv(self.cfg.timeout)
+                    if msg is None or msg == ("dead",):
+                        died = msg is not None
+                        self._kill()
+                        self.restarts += 1
+                        i, name = pos // nf, self.names[pos % nf]
+                        if died:
+                            result._note("errors", f"sample {i}: {name} killed the reward worker")
+                        else:
+                            result._note("timeouts", f"sample {i}: {name} ran past {self.cfg.timeout}s")
+                        pos += 1
+                        break
+                    score, status, message = msg
+                    values[pos // nf][pos % nf] = score
+                    if status != "ok":
+                        result._note(status, f"sample {pos // nf}: {message}")
+                    pos += 1
+        except BaseException:
+            self._kill()  # the worker is mid-batch; never reuse it
+            raise
+        for row in values:
+            result.parts.append(dict(zip(self.keys, row)))
+            result.rewards.append(sum(w * v for w, v in zip(self.weights, row)))
+        return result

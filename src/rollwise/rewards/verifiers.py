@@ -1,0 +1,240 @@
+"""Built-in reward functions, all with the signature ``fn(completion, item) -> float``.
+
+Answer extraction (`extract_answer`), applied in this order:
+
+1. the contents of the last ``<answer>...</answer>`` pair, if there is one;
+2. else the contents of the last ``\\boxed{...}`` (nested braces are matched);
+3. else the last non-empty line, with a leading "answer:"/"the answer is" and surrounding
+   markdown/LaTeX decoration (``* $ `` and a final period) removed. If what is left has no
+   whitespace it is the answer (``-4``, ``3/4``, ``x+2``); otherwise the last number in it
+   (``The sum is 12.`` gives ``12``), or the line itself when it holds no number.
+
+The result is stripped, and thousands separators are removed from a lone number
+(``1,000`` becomes ``1000``). Tasks whose answers are not numbers should ask for
+``<answer>`` tags in `data.instruction`.
+
+Gold answers are used as they are, except that a GSM8K-style ``... #### 72`` keeps only
+the part after the last ``####``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import re
+from collections.abc import Callable
+from fractions import Fraction
+from functools import cache
+
+from rollwise.config import ConfigError
+from rollwise.types import PromptItem
+
+RewardFn = Callable[[str, PromptItem], float]
+
+FORMAT_MAX_CHARS = 32
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_DECORATION = "*$`'\" \t"
+
+
+def _last_tag(text: str) -> str | None:
+    found = _ANSWER_TAG.findall(text)
+    return found[-1].strip() if found else None
+
+
+def _last_boxed(text: str) -> str | None:
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+    return None
+
+
+def _strip_decoration(s: str) -> str:
+    s = s.strip(_DECORATION)
+    s = _PREFIX.sub("", s).strip(_DECORATION)
+    return s[:-1].strip(_DECORATION) if s.endswith(".") else s
+
+
+def _last_line_answer(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = _strip_decoration(lines[-1])
+    if not line.split() or len(line.split()) == 1:
+        return line
+    numbers = _NUMBER.findall(line)
+    return numbers[-1] if numbers else line
+
+
+def extract_answer(completion: str) -> str:
+    """The final answer in a completion, by the rule in the module docstring ('' if none)."""
+    answer = _last_tag(completion)
+    if answer is None:
+        answer = _last_boxed(completion)
+    if answer is None:
+        answer = _last_line_answer(completion)
+    answer = answer.strip()
+    if _THOUSANDS.fullmatch(answer):
+        answer = answer.replace(",", "")
+    return answer
+
+
+def gold_answer(item: PromptItem) -> str:
+    """The item's gold answer; GSM8K-style '#### 72' keeps what follows the last '####'."""
+    answer = str(item.answer)
+    if "####" in answer:
+        answer = answer.rsplit("####", 1)[1]
+    return answer.strip()
+
+
+def normalize(answer: str) -> str:
+    """Lower case, single spaces, no decoration or final period, no thousands separators."""
+    s = " ".join(answer.split()).lower()
+    s = s.strip(_DECORATION)
+    if s.endswith("."):
+        s = s[:-1].strip(_DECORATION)
+    if _THOUSANDS.fullmatch(s):
+        s = s.replace(",", "")
+    return s
+
+
+def _as_fraction(s: str) -> Fraction | None:
+    try:
+        return Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def answers_match(predicted: str, gold: str) -> bool:
+    """Normalised string equality; numbers compare by value ('4.0' == '4', '1/2' == '0.5')."""
+    p, g = normalize(predicted), normalize(gold)
+    if not p:
+        return False
+    if p == g:
+        return True
+    pf, gf = _as_fraction(p), _as_fraction(g)
+    return pf is not None and gf is not None and pf == gf
+
+
+# ------------------------------------------------------------------ reward functions
+
+
+def exact_match(completion: str, item: PromptItem) -> float:
+    """1.0 if the extracted answer equals the gold answer after `normalize` (numbers by value)."""
+    return 1.0 if answers_match(extract_answer(completion), gold_answer(item)) else 0.0
+
+
+@cache
+def _rg_scorer(source_dataset: str) -> Callable[[str, dict], float]:
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(source_dataset)
+
+
+def reasoning_gym(completion: str, item: PromptItem) -> float:
+    """The generator's own `score_answer` on the extracted answer.
+
+    Items without ``entry['metadata']['source_dataset']`` (file tasks) fall back to
+    `exact_match`. Note that reasoning-gym's default scorer gives partial credit
+    len(gold)/len(answer) when the gold answer is a substring of the extracted answer.
+    """
+    source = (item.entry.get("metadata") or {}).get("source_dataset")
+    if not source:
+        return exact_match(completion, item)
+    entry = item.entry if "answer" in item.entry else {**item.entry, "answer": item.answer}
+    return float(_rg_scorer(source)(extract_answer(completion), entry))
+
+
+def prepare_reasoning_gym(items: list[PromptItem]) -> None:
+    """Build (and cache) the scorers the items need, so the first call is not slow."""
+    for item in items:
+        source = (item.entry.get("metadata") or {}).get("source_dataset")
+        if source:
+            with contextlib.suppress(Exception):  # reported per sample when the reward runs
+                _rg_scorer(source)
+
+
+def math_verify(completion: str, item: PromptItem) -> float:
+    """math-verify equivalence of the gold answer and the completion (its <answer> tag if any).
+
+    math-verify's own signal-based timeouts are off (they fail outside the main thread);
+    `RewardRunner` enforces the timeout instead.
+    """
+    from math_verify import parse, verify
+
+    for name in ("math_verify.parser", "math_verify.grader"):  # the "timeout disabled" notice
+        logging.getLogger(name).setLevel(logging.ERROR)
+    tagged = _last_tag(completion)
+    gold = parse(gold_answer(item), parsing_timeout=None)
+    pred = parse(tagged if tagged is not None else completion, parsing_timeout=None)
+    if not gold or not pred:
+        return 0.0
+    return 1.0 if verify(gold, pred, timeout_seconds=None) else 0.0
+
+
+def format_reward(completion: str, item: PromptItem) -> float:
+    """1.0 if the answer is in the expected format, else 0.0.
+
+    Expected format: if the completion has ``<answer>...</answer>`` (else ``\\boxed{...}``),
+    the last one must be non-empty; without either, the stripped completion must be a bare
+    final answer: one non-empty line of at most `FORMAT_MAX_CHARS` (32) characters.
+    """
+    del item
+    marked = _last_tag(completion)
+    if marked is None:
+        marked = _last_boxed(completion)
+    if marked is not None:
+        return 1.0 if marked else 0.0
+    text = completion.strip()
+    return 1.0 if text and "\n" not in text and len(text) <= FORMAT_MAX_CHARS else 0.0
+
+
+VERIFIERS: dict[str, RewardFn] = {
+    "reasoning_gym": reasoning_gym,
+    "math_verify": math_verify,
+    "exact_match": exact_match,
+    "format": format_reward,
+}
+
+
+def load_user_function(spec: str) -> RewardFn:
+    """Import 'package.module:function'; raises ConfigError naming what failed."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"reward function '{spec}' must be written 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:
+        raise ConfigError(
+            f"reward function '{spec}': cannot import module '{module_name}' "
+            f"({type(e).__name__}: {e}); is it on PYTHONPATH?"
+        ) from e
+    fn = module
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise ConfigError(f"reward function '{spec}': module '{module_name}' has no attribute '{attr}'")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise ConfigError(f"reward function '{spec}': '{attr}' in '{module_name}' is not callable")
+    return fn  # type: ignore[return-value]
+
+
+def resolve(name: str) -> RewardFn:
+    """A built-in verifier by name, or a user function 'module:function'."""
+    if name in VERIFIERS:
+        return VERIFIERS[name]
+    if ":" in name:
+        return load_user_function(name)
+    raise ConfigError(f"unknown reward '{name}'; allowed: {', '.join(sorted(VERIFIERS))}, or 'module:function'")

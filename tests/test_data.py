@@ -1,0 +1,198 @@
+"""Task mixtures, file tasks and prompt formatting (expected values written by hand)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+try:
+    import rollwise  # noqa: F401
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from rollwise.config import ConfigError, DataConfig, TaskSpec
+from rollwise.data import build_items, encode_prompts, format_prompt
+from rollwise.data.tasks import allocate
+from rollwise.types import PromptItem
+
+SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+
+
+def rg_cfg(train: int, evals: int, *tasks: tuple[str, float, dict]) -> DataConfig:
+    specs = [TaskSpec(name=n, weight=w, params=p) for n, w, p in tasks]
+    return DataConfig(tasks=specs, train_size=train, eval_size=evals)
+
+
+# ------------------------------------------------------------------ reasoning-gym mixtures
+
+
+def test_allocate_is_proportional_with_largest_remainder() -> None:
+    assert allocate(10, [1, 1, 1]) == [4, 3, 3]
+    assert allocate(7, [2, 1]) == [5, 2]
+    assert allocate(5, [1, 1, 2]) == [1, 1, 3]
+    assert allocate(0, [1, 2]) == [0, 0]
+
+
+def test_mixture_proportions_and_unique_uids() -> None:
+    cfg = rg_cfg(40, 8, ("chain_sum", 3.0, {}), ("gcd", 1.0, {}))
+    train, evals = build_items(cfg, seed=1)
+    assert Counter(i.task for i in train) == {"chain_sum": 30, "gcd": 10}
+    assert Counter(i.task for i in evals) == {"chain_sum": 6, "gcd": 2}
+    assert len({i.uid for i in train + evals}) == 48
+    first = next(i for i in train if i.task == "gcd")
+    assert first.entry["metadata"]["source_dataset"] == "gcd" and first.answer == first.entry["answer"]
+    assert first.uid.startswith("gcd:train:")
+
+
+def test_determinism_by_seed() -> None:
+    cfg = rg_cfg(30, 6, ("chain_sum", 1.0, {}), ("products", 1.0, {}))
+    a, b, c = build_items(cfg, seed=3), build_items(cfg, seed=3), build_items(cfg, seed=4)
+    assert [(i.uid, i.question) for i in a[0] + a[1]] == [(i.uid, i.question) for i in b[0] + b[1]]
+    assert [i.question for i in a[0]] != [i.question for i in c[0]]
+
+
+def test_eval_never_overlaps_train_and_is_refilled() -> None:
+    # 1-digit two-term sums: a small question space, so raw eval draws repeat training questions
+    cfg = rg_cfg(150, 20, ("chain_sum", 1.0, SMALL))
+    train, evals = build_items(cfg, seed=0)
+    assert len(train) == 150 and len(evals) == 20
+    assert not {i.question for i in train} & {i.question for i in evals}
+    assert len({i.question for i in evals}) == 20
+    dropped = [int(i.uid.rsplit(":", 1)[1]) for i in evals]
+    assert dropped != list(range(20))  # some candidates were rejected and replaced
+
+
+def test_small_question_space_gives_fewer_eval_items_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    params = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+    cfg = rg_cfg(600, 50, ("products", 1.0, params))  # at most 100 distinct questions
+    with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
+        train, evals = build_items(cfg, seed=0)
+    assert len(evals) < 50
+    assert not {i.question for i in train} & {i.question for i in evals}
+    assert "only" in caplog.text and "products" in caplog.text
+
+
+def test_unknown_generator_suggests_close_names() -> None:
+    with pytest.raises(ValueError, match="chain_summ") as err:
+        build_items(rg_cfg(4, 0, ("chain_summ", 1.0, {})), seed=0)
+    assert "chain_sum" in str(err.value).replace("'chain_summ'", "")
+    assert "reasoning_gym.factory" in str(err.value)
+
+
+def test_bad_params_name_task_and_param() -> None:
+    with pytest.raises(ConfigError, match=r"chain_sum.*min_termz") as err:
+        build_items(rg_cfg(4, 0, ("chain_sum", 1.0, {"min_termz": 2})), seed=0)
+    assert "min_terms" in str(err.value)  # the allowed list
+    with pytest.raises(ConfigError, match=r"chain_sum.*max_terms must be >= min_terms"):
+        build_items(rg_cfg(4, 0, ("chain_sum", 1.0, {"min_terms": 5, "max_terms": 2})), seed=0)
+
+
+# ------------------------------------------------------------------ file tasks
+
+GOOD = [{"prompt": f"What is {i} + {i}?", "answer": 2 * i} for i in range(10)]
+MALFORMED = [{"prompt": "", "answer": 1}, {"prompt": "No answer?", "answer": None}, {"prompt": "   ", "answer": 3}]
+
+
+def write(tmp_path: Path, fmt: str) -> Path:
+    rows = GOOD[:5] + MALFORMED + GOOD[5:]
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    elif fmt == "csv":
+        lines = ["prompt,answer"] + [f"{r['prompt']},{'' if r['answer'] is None else r['answer']}" for r in rows]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        from datasets import Dataset
+
+        Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_file_task(tmp_path: Path, fmt: str, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = DataConfig(tasks=[TaskSpec(name="mine", path=str(write(tmp_path, fmt)))], train_size=100, eval_size=5)
+    with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
+        train, evals = build_items(cfg, seed=0)
+    assert "skipped 3 malformed rows" in caplog.text
+    assert len(evals) == 2 and len(train) == 8  # eval capped at 20% of the 10 valid rows
+    expected = {f"What is {i} + {i}?": str(2 * i) for i in range(10)}
+    assert {i.question: i.answer for i in train + evals} == expected
+    assert not {i.question for i in train} & {i.question for i in evals}
+    assert all(i.entry == {"question": i.question, "answer": i.answer} for i in train + evals)
+    assert len({i.uid for i in train + evals}) == 10
+    assert all(i.uid.startswith("mine:train:") for i in train) and all(i.task == "mine" for i in evals)
+    again = build_items(cfg, seed=0)
+    assert [i.uid for i in again[0]] == [i.uid for i in train]
+
+
+def test_file_and_generator_mixture(tmp_path: Path) -> None:
+    spec = TaskSpec(name="mine", path=str(write(tmp_path, "jsonl")))
+    cfg = DataConfig(tasks=[spec, TaskSpec(name="gcd", weight=3.0)], train_size=20, eval_size=4)
+    train, evals = build_items(cfg, seed=2)
+    assert Counter(i.task for i in train) == {"mine": 5, "gcd": 15}
+    assert Counter(i.task for i in evals) == {"mine": 1, "gcd": 3}
+
+
+def test_file_task_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "jsonl")
+    with pytest.raises(ConfigError, match=r"prompt_column 'problem'.*columns present: prompt, answer"):
+        build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(path), prompt_column="problem")]), seed=0)
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(tmp_path / "nope.jsonl"))]), seed=0)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in MALFORMED) + "\n")
+    with pytest.raises(ConfigError, match="no valid rows"):
+        build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(bad))]), seed=0)
+
+
+# ------------------------------------------------------------------ prompts
+
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+NO_SYSTEM = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}" + TEMPLATE
+
+
+def tiny_tokenizer(template: str | None) -> object:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["[UNK]", "<|user|>", "<|system|>", "<|assistant|>", "What", "is", "2", "+", "?", "Be", "brief."]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    wrapped.chat_template = template
+    return wrapped
+
+
+ITEM = PromptItem(uid="u1", task="t", question="What is 2 + 2 ?", answer="4")
+
+
+def test_format_prompt_variants() -> None:
+    cfg = DataConfig(instruction="Be brief.")
+    chat = tiny_tokenizer(TEMPLATE)
+    assert format_prompt(ITEM, chat, cfg) == "<|user|> What is 2 + 2 ?\nBe brief.\n<|assistant|>"
+    sys_cfg = DataConfig(instruction="Be brief.", system_prompt="Be")
+    assert format_prompt(ITEM, chat, sys_cfg) == "<|system|> Be\n<|user|> What is 2 + 2 ?\nBe brief.\n<|assistant|>"
+    merged = format_prompt(ITEM, tiny_tokenizer(NO_SYSTEM), sys_cfg)
+    assert merged == "<|user|> Be\n\nWhat is 2 + 2 ?\nBe brief.\n<|assistant|>"
+    assert format_prompt(ITEM, tiny_tokenizer(None), cfg) == "What is 2 + 2 ?\nBe brief."
+    plain_cfg = DataConfig(instruction="Be brief.", use_chat_template=False)
+    assert format_prompt(ITEM, chat, plain_cfg) == "What is 2 + 2 ?\nBe brief."
+
+
+def test_encode_prompts_drops_long_prompts() -> None:
+    long_item = PromptItem(uid="u2", task="t", question="What is 2 + 2 + 2 + 2 + 2 ?", answer="10")
+    cfg = DataConfig(instruction="Be brief.", max_prompt_length=10)
+    ids, dropped = encode_prompts([long_item, ITEM], tiny_tokenizer(TEMPLATE), cfg)
+    assert len(ids) == 2 and len(ids[0]) == 16  # aligned with the items, dropped ones included
+    assert ids[1] == [1, 4, 5, 6, 7, 6, 8, 9, 10, 3]
+    assert dropped == ["u2"]
+    ids, dropped = encode_prompts([ITEM], tiny_tokenizer(None), cfg)
+    assert ids == [[4, 5, 6, 7, 6, 8, 9, 10]] and dropped == []

@@ -1,0 +1,191 @@
+"""Reward functions and the process-isolated RewardRunner (expected values written by hand)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:
+    import rollwise  # noqa: F401
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from rollwise.config import ConfigError, RewardConfig
+from rollwise.rewards import (
+    RewardRunner,
+    exact_match,
+    extract_answer,
+    format_reward,
+    load_user_function,
+    math_verify,
+    reasoning_gym,
+)
+from rollwise.types import PromptItem
+
+USER_MODULE = """
+import time
+
+def half(completion, item):
+    return 0.5
+
+def flaky(completion, item):
+    if completion == "boom":
+        raise RuntimeError("kaboom")
+    if completion == "hang":
+        time.sleep(10**6)
+    if completion == "nan":
+        return float("nan")
+    if completion == "none":
+        return None
+    return completion == item.answer  # a bool counts as 1.0 / 0.0
+"""
+
+
+def item(answer: str, question: str = "q", entry: dict | None = None) -> PromptItem:
+    return PromptItem(uid=f"t:{answer}", task="t", question=question, answer=answer, entry=entry or {})
+
+
+@pytest.fixture()
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "rw_user_fns.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("rw_user_fns", None)
+    return "rw_user_fns"
+
+
+# ------------------------------------------------------------------ extraction and verifiers
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<answer> 42 </answer>", "42"),
+        ("first <answer>1</answer> then <answer>2</answer>", "2"),
+        ("so \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
+        ("The answer is 1,000.", "1000"),
+        ("**-4**", "-4"),
+        ("x+2", "x+2"),
+        ("work\n\nAnswer: 7\n", "7"),
+        ("4 - 1 - 7 = -4", "-4"),
+        ("", ""),
+        ("no number here", "no number here"),
+    ],
+)
+def test_extract_answer(completion: str, expected: str) -> None:
+    assert extract_answer(completion) == expected
+
+
+@pytest.mark.parametrize("task", ["chain_sum", "products", "basic_arithmetic", "gcd", "lcm"])
+def test_reasoning_gym_scores_gold_one_and_wrong_zero(task: str) -> None:
+    import reasoning_gym as rg
+
+    for entry in rg.create_dataset(task, size=5, seed=7):
+        it = item(entry["answer"], entry["question"], entry)
+        gold = entry["answer"]
+        wrong = str(int(gold) + 1)
+        for right in (gold, f"The answer is {gold}.", f"<answer>{gold}</answer>", f"\\boxed{{{gold}}}"):
+            assert reasoning_gym(right, it) == 1.0, (task, right)
+        for bad in (wrong, f"<answer>{wrong}</answer>", ""):
+            assert reasoning_gym(bad, it) == 0.0, (task, bad)
+
+
+def test_reasoning_gym_on_a_file_item_falls_back_to_exact_match() -> None:
+    it = item("12", entry={"question": "q", "answer": "12"})
+    assert reasoning_gym("The total is 12.", it) == 1.0
+    assert reasoning_gym("13", it) == 0.0
+
+
+def test_math_verify() -> None:
+    assert math_verify("\\frac{1}{2}", item("0.5")) == 1.0
+    assert math_verify("So the final answer is $\\boxed{42}$.", item("42")) == 1.0
+    assert math_verify("<answer>42</answer>", item("42")) == 1.0
+    assert math_verify("43", item("42")) == 0.0
+    assert math_verify("no idea", item("42")) == 0.0
+
+
+def test_exact_match() -> None:
+    assert exact_match("The answer is 1,000.", item("1000")) == 1.0
+    assert exact_match("4.0", item("4")) == 1.0
+    assert exact_match("<answer>Paris</answer>", item("paris")) == 1.0
+    assert exact_match("so #### 72", item("Janet sells ... #### 72")) == 1.0
+    assert exact_match("5", item("4")) == 0.0
+    assert exact_match("", item("4")) == 0.0
+
+
+def test_format() -> None:
+    assert format_reward("42", item("1")) == 1.0
+    assert format_reward("reasoning...\nmore\n<answer>7</answer>", item("1")) == 1.0
+    assert format_reward("long\n\\boxed{3}", item("1")) == 1.0
+    assert format_reward("x" * 32, item("1")) == 1.0
+    assert format_reward("x" * 33, item("1")) == 0.0
+    assert format_reward("42\n43", item("1")) == 0.0
+    assert format_reward("   ", item("1")) == 0.0
+    assert format_reward("<answer></answer>", item("1")) == 0.0
+
+
+# ------------------------------------------------------------------ user functions
+
+
+def test_load_user_function(user_module: str) -> None:
+    assert load_user_function(f"{user_module}:half")("x", item("1")) == 0.5
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_module_xyz'"):
+        load_user_function("no_such_module_xyz:f")
+    with pytest.raises(ConfigError, match=f"module '{user_module}' has no attribute 'missing'"):
+        load_user_function(f"{user_module}:missing")
+    with pytest.raises(ConfigError, match="module:function"):
+        load_user_function(":f")
+
+
+def test_runner_fails_fast_on_unimportable_function(user_module: str) -> None:
+    cfg = RewardConfig(functions=[{"name": "exact_match"}, {"name": f"{user_module}:nope"}])
+    with pytest.raises(ConfigError, match=f"{user_module}:nope"):
+        RewardRunner(cfg)
+
+
+# ------------------------------------------------------------------ the runner
+
+
+def test_weighted_sum_with_builtin_and_user_functions(user_module: str) -> None:
+    cfg = RewardConfig(
+        functions=[
+            {"name": "exact_match", "weight": 1.0},
+            {"name": "format", "weight": 0.5},
+            {"name": f"{user_module}:half", "weight": -2.0},
+        ]
+    )
+    items = [item("4"), item("4"), item("7")]
+    completions = ["4", "line one\nthe answer is 4", "wrong"]
+    with RewardRunner(cfg) as runner:
+        res = runner.score(completions, items)
+        assert res.rewards == [1.0 + 0.5 - 1.0, 1.0 + 0.0 - 1.0, 0.0 + 0.5 - 1.0]
+        assert res.parts[1] == {"exact_match": 1.0, "format": 0.0, f"{user_module}:half": 0.5}
+        assert (res.errors, res.timeouts, res.nans, res.messages) == (0, 0, 0, [])
+        assert runner.score([], []).rewards == []
+        with pytest.raises(ValueError, match="2 completions but 1 items"):
+            runner.score(["a", "b"], [item("1")])
+    runner.close()  # closing twice is fine
+
+
+def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: str) -> None:
+    cfg = RewardConfig(
+        functions=[{"name": f"{user_module}:flaky", "weight": 1.0}, {"name": "exact_match", "weight": 10.0}],
+        timeout=1.0,
+    )
+    completions = ["4", "boom", "4", "hang", "nan", "none", "5", "4"]
+    with RewardRunner(cfg) as runner:
+        res = runner.score(completions, [item("4")] * len(completions))
+        # flaky: 1 for "4", 0 otherwise; exact_match (x10) still runs on every sample,
+        # including the one whose flaky call hung (the worker restarts after it).
+        assert res.rewards == [11.0, 0.0, 11.0, 0.0, 0.0, 0.0, 0.0, 11.0]
+        assert res.parts[3] == {f"{user_module}:flaky": 0.0, "exact_match": 0.0}
+        assert (res.errors, res.timeouts, res.nans) == (2, 1, 1)  # errors: raised + None
+        assert runner.restarts == 1
+        assert any("kaboom" in m for m in res.messages)
+        assert any("ran past 1.0s" in m for m in res.messages)
+        assert all(math.isfinite(r) for r in res.rewards)
+        again = runner.score(["4", "boom"], [item("4"), item("4")])  # the new worker keeps going
+        assert again.rewards == [11.0, 0.0] and again.errors == 1

@@ -169,7 +169,7 @@ class PlannerConfig(_Section):
     strategy: PlannerStrategy = Field(
         "uniform", description="Rollout planning preset: uniform, dapo, greso, mopps, vade, knapsack, dars, ar3po, e3."
     )
-    estimator: Literal["beta", "two_scale_beta", "window", "last_visit", "rank"] | None = Field(
+    estimator: Literal["beta", "two_scale_beta", "window", "last_visit", "rank", "irt"] | None = Field(
         None, description="Solve-rate estimator part (None = the strategy's own)."
     )
     selector: Literal["all", "skip", "posterior", "filter"] | None = Field(
@@ -188,10 +188,12 @@ class PlannerConfig(_Section):
         None, gt=0, description="Response tokens per step instead of a rollout budget (overshoot carried to the next step)."
     )
     min_samples_per_prompt: int | None = Field(
-        None, gt=0, description="Fewest samples a rolled-out prompt gets (None = strategy default: knapsack 2, e3 4)."
+        None, gt=0, description="Fewest samples a rolled-out prompt gets (None = strategy default: knapsack 2, "
+        "e3 num_generations/2)."
     )
     max_samples_per_prompt: int | None = Field(
-        None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: knapsack 64, e3 12, dars 32/64)."
+        None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: knapsack 8x, "
+        "e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
     success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response.")
     posterior_decay: float = Field(
@@ -203,8 +205,13 @@ class PlannerConfig(_Section):
     estimator_window: int = Field(16, gt=0, description="Rewards kept per prompt by the window/last-visit/rank estimators.")
     min_observations: int = Field(8, ge=0, description="Knapsack: prompts with fewer observed rewards get num_generations.")
     target_solve_rate: float = Field(0.5, gt=0, lt=1, description="MoPPS: solve rate the posterior sampling aims at.")
+    selection_score: Literal["target", "info", "expected"] | None = Field(
+        None, description="Posterior selector score: target = Thompson draw near target_solve_rate (MoPPS), info = "
+        "Thompson draw of P(informative)*p(1-p)^2 (VADE), expected = posterior-expected gradient signal "
+        "(None = strategy default)."
+    )
     candidate_factor: float = Field(
-        4.0, ge=1, description="MoPPS/VADE: candidate prompts scored per selected prompt."
+        8.0, ge=1, description="MoPPS/VADE: candidate prompts scored per selected prompt (MoPPS: 8-16)."
     )
     filter_zero_variance: bool | None = Field(
         None, description="Drop groups with equal rewards from training (None = strategy default: dapo, dars)."
@@ -225,6 +232,10 @@ class PlannerConfig(_Section):
     ar3po_stages: int = Field(4, gt=0, description="AR3PO: most sampling stages per prompt.")
     ar3po_stage_size: int | None = Field(
         None, gt=0, description="AR3PO: responses per stage (None = num_generations // 2)."
+    )
+    staged_rule: Literal["until_correct", "while_informative"] = Field(
+        "until_correct", description="Staged allocator: continue a prompt until it has a correct response (AR3PO), "
+        "or only while its group is informative (probe, then commit)."
     )
     dars_schedule: Literal["et", "hw"] = Field(
         "et", description="DARS: extra-rollout schedule, et (equal treatment) or hw (hardness weighted)."

@@ -1,0 +1,194 @@
+"""Allocators: how many samples each selected prompt gets, and extra rounds within a step.
+
+- `FixedAllocator`: num_generations each (GRPO).
+- `KnapsackAllocator` (Knapsack-RL): exact multiple-choice knapsack over n in [min, max] with
+  value [1 - p^n - (1-p)^n] * p(1-p)^2 under the step budget; unseen prompts get the default n;
+  p=0 and p=1 prompts get the minimum; if every mixed prompt's "needed" n fits, the surplus is
+  spread over p=0 prompts.
+- `StagedAllocator` (AR3PO): stages of k samples; a prompt stops once it has a correct one
+  (or, with staged_rule=while_informative, continues only while its group is informative).
+- `HardnessAllocator` (DARS): a second round adds Delta-n to prompts with accuracy < 0.5
+  (equal-treatment or hardness-weighted schedule), scaled to the remaining budget.
+- `RankAllocator` (E3): n_i = n_min + (B - P*n_min) * r_i / sum(r), remainder to the hardest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rollwise.planner.base import Request
+from rollwise.planner.estimators import rank_by_mean
+from rollwise.planner.knapsack import informative_value, needed_samples, solve_mckp
+from rollwise.planner.step import StepState
+
+if TYPE_CHECKING:
+    from rollwise.planner.core import ComposedPlanner
+
+
+class Allocator:
+    name = "fixed"
+    ema = 0.2
+
+    def __init__(self, cfg: Any, n: int):
+        self.cfg = cfg
+        self.n = n
+        self.cost_per_prompt = float(n)  # running mean of rollouts spent per selected prompt
+
+    def prompts_for(self, budget: int) -> int:
+        return max(1, int(budget // max(self.cost_per_prompt, 1.0)))
+
+    def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        return [self.n] * len(uids)
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        return []
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        pass
+
+    def _track_cost(self, st: StepState) -> None:
+        if st.groups:
+            spent = st.generated_rollouts / len(st.groups)
+            self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"cost_per_prompt": self.cost_per_prompt}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.cost_per_prompt = float(state.get("cost_per_prompt", self.n))
+
+
+FixedAllocator = Allocator
+
+
+class KnapsackAllocator(Allocator):
+    name = "knapsack"
+
+    def __init__(self, cfg: Any, n: int):
+        super().__init__(cfg, n)
+        self.min_n = cfg.min_samples_per_prompt or min(2, n)
+        self.max_n = cfg.max_samples_per_prompt or 8 * n
+
+    def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        idx = pl.indices(uids)
+        p, cnt = pl.estimator.mean(idx), pl.estimator.count(idx)
+        out = np.zeros(len(uids), dtype=np.int64)
+        unseen = cnt < self.cfg.min_observations
+        out[unseen] = self.n
+        left = int(budget - out.sum())
+        zero, one = ~unseen & (p <= 1e-9), ~unseen & (p >= 1 - 1e-9)
+        mixed = np.flatnonzero(~unseen & ~zero & ~one)
+        out[zero | one] = self.min_n
+        left -= self.min_n * int((zero | one).sum())
+        if left < self.min_n * len(mixed):  # over-committed: share what is left evenly
+            out[mixed] = max(1, left // max(len(mixed), 1))
+            return out.tolist()
+        need = np.array([max(self.min_n, needed_samples(float(p[i]), self.max_n)) for i in mixed], dtype=np.int64)
+        if need.sum() <= left and zero.any():
+            out[mixed] = need
+            surplus = left - int(need.sum())
+            zi = np.flatnonzero(zero)
+            extra = min(surplus // len(zi), self.max_n - self.min_n)
+            out[zi] += extra
+            return out.tolist()
+        options = np.arange(self.min_n, self.max_n + 1)
+        values = [informative_value(np.full(len(options), p[i]), options) for i in mixed]
+        chosen = solve_mckp(values, [options] * len(mixed), left)
+        out[mixed] = options[chosen]
+        return out.tolist()
+
+
+class StagedAllocator(Allocator):
+    name = "staged"
+
+    def __init__(self, cfg: Any, n: int):
+        super().__init__(cfg, n)
+        self.k = cfg.ar3po_stage_size or max(1, n // 2)
+        self.stages = cfg.ar3po_stages
+        self.cost_per_prompt = float(n)
+
+    def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        return [self.k] * len(uids)
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        left = st.budget - st.used_rollouts
+        if self.cfg.staged_rule == "while_informative":
+            todo = [g for g in st.groups.values() if g.informative and g.rounds < self.stages]
+        else:
+            todo = [g for g in st.groups.values() if g.successes == 0 and g.rounds < self.stages]
+        todo = todo[: max(0, left // self.k)]
+        return [Request(g.uid, self.k) for g in todo]
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        self._track_cost(st)
+
+
+class HardnessAllocator(Allocator):
+    name = "hardness"
+
+    def __init__(self, cfg: Any, n: int):
+        super().__init__(cfg, n)
+        self.schedule = cfg.dars_schedule
+        self.max_n = cfg.max_samples_per_prompt or (4 * n if self.schedule == "et" else 8 * n)
+        self.cost_per_prompt = 2.0 * n
+
+    def extra(self, successes: int, k: int) -> int:
+        """DARS's Delta-n for a group of k samples with `successes` correct."""
+        a = successes / k
+        if a >= 0.5:
+            return 0
+        a = max(a, 0.5 / k)
+        s, peak = 2 * a * (1 - a), k / 2
+        goal = peak if self.schedule == "et" else 2 * (1 - a) * peak
+        return int(min(max(0, math.ceil((goal - k * s) / s - 1e-9)), self.max_n - k))
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        if st.rounds != 1:
+            return []
+        groups = list(st.groups.values())
+        dn = np.array([self.extra(g.successes, g.n) if g.n else 0 for g in groups], dtype=np.int64)
+        left = st.budget - st.used_rollouts
+        if dn.sum() > left:
+            dn = np.floor(dn * max(left, 0) / dn.sum()).astype(np.int64)
+        return [Request(g.uid, int(d)) for g, d in zip(groups, dn) if d > 0]
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        self._track_cost(st)
+
+
+class RankAllocator(Allocator):
+    name = "rank"
+
+    def __init__(self, cfg: Any, n: int):
+        super().__init__(cfg, n)
+        self.min_n = cfg.min_samples_per_prompt or max(1, n // 2)
+        self.max_n = cfg.max_samples_per_prompt or n + n // 2
+
+    def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        idx = pl.indices(uids)
+        est = pl.estimator
+        r = est.rank(idx) if hasattr(est, "rank") else rank_by_mean(est, idx)
+        m = len(uids)
+        if r.sum() <= 0 or budget < self.min_n * m:
+            return [self.n] * m
+        spare = budget - self.min_n * m
+        out = np.minimum(self.min_n + np.floor(spare * r / r.sum()).astype(np.int64), self.max_n)
+        left = budget - int(out.sum())
+        for i in np.argsort(-r, kind="stable"):  # remainder to the hardest, up to max_n
+            if left <= 0:
+                break
+            add = min(left, self.max_n - int(out[i]))
+            out[i] += add
+            left -= add
+        return out.tolist()
+
+
+def make_allocator(name: str, cfg: Any, n: int) -> Allocator:
+    table = {"fixed": FixedAllocator, "knapsack": KnapsackAllocator, "staged": StagedAllocator,
+             "hardness": HardnessAllocator, "rank": RankAllocator}
+    if name not in table:
+        raise ValueError(f"unknown allocator '{name}'; allowed: {', '.join(table)}")
+    return table[name](cfg, n)

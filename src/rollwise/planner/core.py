@@ -1,0 +1,242 @@
+"""The composed planner: estimator + selector + allocator + repair behind the Planner protocol.
+
+    requests = planner.begin_step(step)     # select prompts, allocate samples
+    while requests:
+        requests = planner.observe(results)  # extra stages (AR3PO, DARS) or back-fill (DAPO)
+    outcome = planner.end_step()             # train / replay / discard; beliefs updated
+
+Budget: `budget_rollouts` per step, or `budget_tokens` per step converted to rollouts with a
+running mean response length; the tokens over- or under-spent are carried to the next step,
+so the budget holds over the run. Multi-round strategies treat the budget as their target:
+DAPO may generate more than it (every rollout is counted), AR3PO may spend less.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rollwise.planner.allocators import Allocator
+from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome
+from rollwise.planner.estimators import Estimator
+from rollwise.planner.repair import NoRepair
+from rollwise.planner.selectors import Selector
+from rollwise.planner.step import Group, StepState, allocation_summary
+
+MAX_ROUNDS = 64  # safety net; real strategies stop long before
+
+
+class ComposedPlanner:
+    def __init__(
+        self,
+        name: str,
+        uids: list[str],
+        num_generations: int,
+        estimator: Estimator,
+        selector: Selector,
+        allocator: Allocator,
+        repair: NoRepair,
+        *,
+        budget_rollouts: int,
+        budget_tokens: int | None,
+        max_completion_length: int,
+        seed: int,
+        cfg: Any,
+        filter_zero_variance: bool = False,
+    ):
+        self.name = name
+        self.stream = PromptStream(uids, seed)
+        self.index = {u: i for i, u in enumerate(self.stream.uids)}
+        if len(self.index) != len(self.stream.uids):
+            raise ValueError("prompt uids must be unique")
+        self.pool_size = len(self.index)
+        self.n = num_generations
+        self.estimator, self.selector, self.allocator, self.repair = estimator, selector, allocator, repair
+        self.budget_rollouts = budget_rollouts
+        self.budget_tokens = budget_tokens
+        self.cfg = cfg
+        self.filter_zero_variance = filter_zero_variance
+        self.success_threshold = float(cfg.success_threshold)
+        self.rng = np.random.default_rng([seed, 7919])
+        self.length_estimate = max_completion_length / 2
+        self.token_carry = 0.0
+        self._st: StepState | None = None
+        self._metrics: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ helpers for parts
+    def indices(self, uids: list[str]) -> np.ndarray:
+        return np.fromiter((self.index[u] for u in uids), dtype=np.int64, count=len(uids))
+
+    def take(self, k: int, st: StepState, extra: list[str] | None = None) -> list[str]:
+        """The next k stream prompts not yet used in this step (fewer if the pool runs out)."""
+        out: list[str] = []
+        seen = set(st.groups) | set(extra or ())
+        for _ in range(self.pool_size):
+            if len(out) >= k:
+                break
+            uid = self.stream.take(1)[0]
+            if uid not in seen:
+                out.append(uid)
+                seen.add(uid)
+        return out
+
+    def step_budget(self) -> int:
+        """Rollouts this step may spend."""
+        if self.budget_tokens is None:
+            return self.budget_rollouts
+        tokens = self.budget_tokens + self.token_carry
+        return max(1, int(round(tokens / max(self.length_estimate, 1.0))))
+
+    # ------------------------------------------------------------------ protocol
+    def begin_step(self, step: int) -> list[Request]:
+        budget = self.step_budget()
+        st = StepState(step=step, budget=budget)
+        self._st = st
+        uids = self.selector.select(self, self.allocator.prompts_for(budget), st)
+        return self._request(uids, st)
+
+    def _request(self, uids: list[str], st: StepState) -> list[Request]:
+        if not uids:
+            return []
+        counts = self.allocator.allocate(self, uids, st.budget, st)
+        idx = self.indices(uids)
+        seen = self.estimator.count(idx) > 0
+        means = self.estimator.mean(idx)
+        reqs = []
+        for uid, i, n, s, m in zip(uids, idx, counts, seen, means):
+            if n <= 0:
+                continue
+            st.groups[uid] = Group(uid, int(i))
+            if s:
+                st.predicted[uid] = float(m)
+            reqs.append(Request(uid, int(n)))
+        for r in reqs:
+            st.groups[r.uid].requested += r.n
+        return reqs
+
+    def observe(self, results: list[GroupResult]) -> list[Request]:
+        st = self._require_step()
+        for res in results:
+            g = st.groups.get(res.uid)
+            if g is None:
+                raise ValueError(f"planner got results for uid '{res.uid}', which it did not request this step")
+            g.rewards.extend(float(r) for r in res.rewards)
+            g.lengths.extend(int(n) for n in res.lengths)
+            g.successes += sum(r >= self.success_threshold for r in res.rewards)
+            g.rounds += 1
+        st.rounds += 1
+        if st.rounds >= MAX_ROUNDS:
+            return []
+        extra = self.allocator.more(self, st)
+        for r in extra:
+            st.groups[r.uid].requested += r.n
+        if extra:
+            return extra
+        return self._request(self.selector.more(self, st), st)
+
+    def end_step(self) -> StepOutcome:
+        st = self._require_step()
+        train = self.selector.finalize(self, st)
+        replay = self.repair.choose(st, train)
+        if self.filter_zero_variance:
+            keep = set(replay)
+            train = [u for u in train if st.groups[u].informative or u in keep]
+        trained = set(train)
+        dropped = [g for g in st.groups.values() if g.uid not in trained]
+        outcome = StepOutcome(
+            train=train,
+            replay=replay,
+            discarded_rollouts=sum(g.n for g in dropped),
+            discarded_tokens=sum(g.tokens for g in dropped),
+            notes=list(st.notes),
+        )
+        self._metrics = self._step_metrics(st, train, set(replay), outcome)
+        for g in st.groups.values():
+            if g.n:
+                self.estimator.update(g.idx, g.successes, g.n)
+        self.estimator.after_step()
+        self.selector.after_step(self, st)
+        self.allocator.after_step(self, st)
+        self.repair.after_step(st)
+        tokens, rollouts = st.generated_tokens, st.generated_rollouts
+        if rollouts:
+            a = float(self.cfg.length_ema)
+            self.length_estimate = (1 - a) * self.length_estimate + a * tokens / rollouts
+        if self.budget_tokens is not None:
+            self.token_carry = float(np.clip(self.token_carry + self.budget_tokens - tokens,
+                                             -self.budget_tokens, self.budget_tokens))
+        self._st = None
+        return outcome
+
+    def _require_step(self) -> StepState:
+        if self._st is None:
+            raise RuntimeError("planner: call begin_step() before observe()/end_step()")
+        return self._st
+
+    # ------------------------------------------------------------------ metrics and state
+    def _step_metrics(self, st: StepState, train: list[str], replay: set[str], out: StepOutcome) -> dict[str, Any]:
+        groups = [g for g in st.groups.values() if g.n]
+        generated = sum(g.n for g in groups)
+        trained = [st.groups[u] for u in train]
+        effective = sum(g.n for g in trained if g.informative or g.uid in replay)
+        n_trained = sum(g.n for g in trained)
+        counts = [g.n for g in groups]
+        m: dict[str, Any] = {
+            "rollout/rollouts": float(generated),
+            "rollout/tokens": float(st.generated_tokens),
+            "rollout/discarded_rollouts": float(out.discarded_rollouts),
+            "rollout/discarded_tokens": float(out.discarded_tokens),
+            "rollout/rounds": float(st.rounds),
+            "planner/budget_rollouts": float(st.budget),
+            "planner/prompts": float(len(groups)),
+            "planner/skipped_prompts": float(st.skipped),
+            "planner/trained_samples": float(n_trained),
+            "planner/effective_ratio": effective / generated if generated else 0.0,
+            "planner/effective_ratio_trained": effective / n_trained if n_trained else 0.0,
+            "planner/all_correct_share": sum(g.all_correct for g in groups) / max(len(groups), 1),
+            "planner/all_wrong_share": sum(g.all_wrong for g in groups) / max(len(groups), 1),
+            "planner/replayed": float(len(replay)),
+            "planner/samples_per_prompt": sorted(counts),
+        }
+        m.update(allocation_summary(counts))
+        scored = [(st.predicted[g.uid], g.successes / g.n) for g in groups if g.uid in st.predicted]
+        if scored:
+            pred, obs = np.array(scored).T
+            m["planner/brier"] = float(np.mean((pred - obs) ** 2))
+        m.update(self.selector.metrics())
+        return m
+
+    def metrics(self) -> dict[str, Any]:
+        """Last step's metrics. All values are floats except `planner/samples_per_prompt`,
+        the list of per-prompt sample counts (for a histogram)."""
+        return dict(self._metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.name,
+            "pool_size": self.pool_size,
+            "stream": self.stream.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "estimator": self.estimator.state_dict(),
+            "selector": self.selector.state_dict(),
+            "allocator": self.allocator.state_dict(),
+            "repair": self.repair.state_dict(),
+            "length_estimate": self.length_estimate,
+            "token_carry": self.token_carry,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("strategy") != self.name or state.get("pool_size") != self.pool_size:
+            raise ValueError(
+                f"planner state is for strategy '{state.get('strategy')}' with {state.get('pool_size')} prompts; "
+                f"this run uses '{self.name}' with {self.pool_size}"
+            )
+        self.stream.load_state_dict(state["stream"])
+        self.rng.bit_generator.state = state["rng"]
+        self.estimator.load_state_dict(state["estimator"])
+        self.selector.load_state_dict(state["selector"])
+        self.allocator.load_state_dict(state["allocator"])
+        self.repair.load_state_dict(state["repair"])
+        self.length_estimate = float(state["length_estimate"])
+        self.token_carry = float(state["token_carry"])

@@ -1,0 +1,95 @@
+"""`IRTEstimator`: a logistic belief per prompt with a learned global level and pool prior.
+
+Our addition (not from a paper): the estimators from the literature form a belief at a
+prompt's last visit and keep it until the next one, while the policy moves on; this one
+shifts every belief by the progress measured on revisited prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rollwise.planner.estimators import Estimator
+
+
+class IRTEstimator(Estimator):
+    """Logistic (item-response) belief with a learned global trend and a learned pool prior.
+
+    Prompt i is solved with probability sigmoid(L + u_i): L is one global level that follows
+    the policy as it improves, u_i the prompt's own offset, held on a grid plus one "never
+    solved" cell (u = -inf). Each prompt keeps the log-likelihood of its rewards over the grid
+    (multiplied by `decay` before each visit's term is added: MoPPS-style forgetting); its
+    belief is that likelihood times the pool prior. After each step:
+    - L += clip(sum(s - n*p) / sum(n*p*(1-p)), +-max_step): a damped Newton step on revisited
+      prompts, so beliefs formed visits ago follow the progress made since;
+    - the prior becomes the mean belief of the seen prompts (one EM step; empirical Bayes), so
+      an unseen prompt looks like the pool and 0/8 on a hard pool means "probably hopeless".
+    """
+
+    name = "irt"
+
+    def __init__(self, size: int, decay: float = 1.0, grid: int = 41, span: float = 10.0, max_step: float = 0.25):
+        super().__init__(size)
+        self.decay, self.max_step = decay, max_step
+        self.u = np.concatenate([[-np.inf], np.linspace(-span, span, grid)])
+        self.loglik = np.zeros((size, len(self.u)))
+        self.n_obs = np.zeros(size)
+        self.level = 0.0
+        self.prior = np.full(len(self.u), 1.0 / len(self.u))
+        self._g = self._h = 0.0
+
+    def _p_grid(self) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(self.level + self.u)))
+
+    def posterior(self, idx: np.ndarray) -> np.ndarray:
+        lp = self.loglik[np.atleast_1d(idx)] + np.log(self.prior)
+        post = np.exp(lp - lp.max(axis=1, keepdims=True))
+        return post / post.sum(axis=1, keepdims=True)
+
+    def mean(self, idx: np.ndarray) -> np.ndarray:
+        return self.posterior(idx) @ self._p_grid()
+
+    def count(self, idx: np.ndarray) -> np.ndarray:
+        return self.n_obs[np.atleast_1d(idx)]
+
+    def expect(self, idx: np.ndarray, f: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator) -> np.ndarray:
+        return self.posterior(idx) @ f(self._p_grid())
+
+    def sample(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        cdf = np.cumsum(self.posterior(idx), axis=1)
+        k = np.minimum((cdf < rng.random(len(cdf))[:, None]).sum(axis=1), len(self.u) - 1)
+        half = (self.u[2] - self.u[1]) / 2
+        u = self.u[k] + rng.uniform(-half, half, len(k))
+        return 1.0 / (1.0 + np.exp(-(self.level + u)))
+
+    def update(self, idx: int, successes: int, n: int) -> None:
+        p_grid = np.clip(self._p_grid(), 1e-12, 1 - 1e-12)
+        if self.n_obs[idx] > 0:
+            p = float(self.mean(np.array([idx]))[0])
+            self._g += successes - n * p
+            self._h += n * p * (1 - p)
+        ll = self.decay * self.loglik[idx] + successes * np.log(p_grid) + (n - successes) * np.log1p(-p_grid)
+        self.loglik[idx] = ll - ll.max()
+        self.n_obs[idx] = self.decay * self.n_obs[idx] + n
+
+    def after_step(self) -> None:
+        if self._h > 0:
+            self.level += float(np.clip(self._g / self._h, -self.max_step, self.max_step))
+        self._g = self._h = 0.0
+        seen = np.flatnonzero(self.n_obs > 0)
+        if len(seen):
+            prior = self.posterior(seen).mean(axis=0) + 1e-3 / len(self.u)
+            self.prior = prior / prior.sum()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loglik": self.loglik.tolist(), "n_obs": self.n_obs.tolist(), "level": self.level,
+                "prior": self.prior.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loglik = np.asarray(state["loglik"], dtype=float).reshape(self.size, len(self.u))
+        self.n_obs = np.asarray(state["n_obs"], dtype=float)
+        self.level = float(state["level"])
+        self.prior = np.asarray(state["prior"], dtype=float)

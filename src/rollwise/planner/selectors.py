@@ -1,0 +1,194 @@
+"""Selectors: which prompts a step rolls out, and (for filter-and-backfill) which it trains on.
+
+- `AllSelector`: the next k prompts of the stream (uniform, TRL).
+- `SkipSelector` (GRESO): skip a prompt whose last z visits were all-correct (all-wrong) with
+  probability 1 - max(p_easy^z, 0.01) (p_hard^z); p_easy/p_hard adapt each step toward a
+  zero-variance target split 1/3 easy, 2/3 hard.
+- `PosteriorSelector` (MoPPS / VADE): score a candidate pool of factor*k prompts with a
+  Thompson draw from the estimator; keep the top k.
+- `FilterSelector` (DAPO): over-sample, drop groups with equal rewards, back-fill with new
+  prompts until k informative groups or the round limit; then train on what there is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rollwise.planner.knapsack import informative_value
+from rollwise.planner.step import StepState
+
+if TYPE_CHECKING:
+    from rollwise.planner.core import ComposedPlanner
+
+
+class Selector:
+    name = "all"
+
+    def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
+        return pl.take(k, st)
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[str]:
+        """New prompts for another round (back-fill); [] when done."""
+        return []
+
+    def finalize(self, pl: ComposedPlanner, st: StepState) -> list[str]:
+        """The uids to train on; the rest of the step's groups are discarded."""
+        return list(st.groups)
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+AllSelector = Selector
+
+
+class SkipSelector(Selector):
+    name = "skip"
+
+    def __init__(self, size: int, cfg: Any):
+        self.cfg = cfg
+        self.z_easy = np.zeros(size, dtype=np.int64)
+        self.z_hard = np.zeros(size, dtype=np.int64)
+        self.p_easy = float(cfg.greso_explore_init)
+        self.p_hard = float(cfg.greso_explore_init)
+
+    def keep_probability(self, idx: int) -> float:
+        """Probability of rolling prompt `idx` out (1 - skip probability)."""
+        if self.z_easy[idx] > 0:
+            return max(self.p_easy ** int(self.z_easy[idx]), 0.01)
+        if self.z_hard[idx] > 0:
+            return max(self.p_hard ** int(self.z_hard[idx]), 0.01)
+        return 1.0
+
+    def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
+        chosen: list[str] = []
+        for _ in range(pl.pool_size):
+            if len(chosen) >= k:
+                break
+            got = pl.take(1, st, extra=chosen)
+            if not got:
+                break
+            uid = got[0]
+            if pl.rng.random() < self.keep_probability(pl.index[uid]):
+                chosen.append(uid)
+            else:
+                st.skipped += 1
+        return chosen
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        c = self.cfg
+        easy = hard = 0
+        for g in st.groups.values():
+            m = g.successes / max(g.n, 1)
+            if m >= c.greso_easy_threshold:
+                self.z_easy[g.idx] += 1
+                self.z_hard[g.idx] = 0
+                easy += 1
+            elif m <= c.greso_hard_threshold:
+                self.z_hard[g.idx] += 1
+                self.z_easy[g.idx] = 0
+                hard += 1
+            else:
+                self.z_easy[g.idx] = self.z_hard[g.idx] = 0
+        if pl.stream.epoch < 1 or not st.groups:
+            return
+        n = len(st.groups)
+        t_easy, t_hard = c.greso_zero_variance_target / 3, c.greso_zero_variance_target * 2 / 3
+        step, lo, hi = c.greso_explore_step, c.greso_explore_min, c.greso_explore_max
+        self.p_easy = float(np.clip(self.p_easy + (-step if easy / n >= t_easy else step), lo, hi))
+        self.p_hard = float(np.clip(self.p_hard + (-step if hard / n >= t_hard else step), lo, hi))
+
+    def metrics(self) -> dict[str, float]:
+        return {"planner/greso_p_easy": self.p_easy, "planner/greso_p_hard": self.p_hard}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"z_easy": self.z_easy.tolist(), "z_hard": self.z_hard.tolist(), "p_easy": self.p_easy,
+                "p_hard": self.p_hard}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.z_easy = np.asarray(state["z_easy"], dtype=np.int64)
+        self.z_hard = np.asarray(state["z_hard"], dtype=np.int64)
+        self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+
+
+class PosteriorSelector(Selector):
+    """score="target": -(p~ - target)^2 (MoPPS). score="info": the expected GRPO signal
+    [1 - p~^n - (1-p~)^n] * p~(1-p~)^2 (our reading of VADE's information-gain score)."""
+
+    name = "posterior"
+
+    def __init__(self, cfg: Any, score: str = "target"):
+        self.cfg = cfg
+        self.score = score
+
+    def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
+        cands = pl.take(math.ceil(self.cfg.candidate_factor * k), st)
+        if len(cands) <= k:
+            return cands
+        idx = pl.indices(cands)
+        if self.score == "expected":
+            s = pl.estimator.expect(idx, lambda p: expected_signal(p, pl.n), pl.rng)
+        else:
+            p = pl.estimator.sample(idx, pl.rng)
+            s = informative_value(p, pl.n) if self.score == "info" else -((p - self.cfg.target_solve_rate) ** 2)
+        keep = np.argsort(-s, kind="stable")[:k]
+        st.skipped += len(cands) - k
+        return [cands[i] for i in sorted(keep)]
+
+
+def expected_signal(p: np.ndarray, n: int) -> np.ndarray:
+    """Expected share of a group's n samples that carry gradient, weighted by its strength:
+    4p(1-p) * [1 - p^n - (1-p)^n] (the simulator's and GRPO's per-sample signal)."""
+    return 4.0 * p * (1.0 - p) * (1.0 - p**n - (1.0 - p) ** n)
+
+
+class FilterSelector(Selector):
+    name = "filter"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
+        st.target_prompts = k
+        return pl.take(math.ceil(self.cfg.dapo_oversample * k), st)
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[str]:
+        missing = st.target_prompts - len(st.informative_groups())
+        if missing <= 0 or st.selector_rounds >= self.cfg.dapo_max_rounds:
+            return []
+        st.selector_rounds += 1
+        return pl.take(math.ceil(self.cfg.dapo_oversample * missing), st)
+
+    def finalize(self, pl: ComposedPlanner, st: StepState) -> list[str]:
+        good = [g.uid for g in st.informative_groups()]
+        if len(good) < st.target_prompts:
+            why = (f"back-fill limit reached ({st.selector_rounds} rounds, planner.dapo_max_rounds="
+                   f"{self.cfg.dapo_max_rounds})" if st.selector_rounds >= self.cfg.dapo_max_rounds
+                   else "no unused prompts left in the pool this step")
+            st.notes.append(f"dapo: {why} with {len(good)}/{st.target_prompts} informative groups; "
+                            "training on what there is")
+        return good[: st.target_prompts]
+
+
+def make_selector(name: str, size: int, cfg: Any, score: str = "target") -> Selector:
+    if name == "all":
+        return AllSelector()
+    if name == "skip":
+        return SkipSelector(size, cfg)
+    if name == "posterior":
+        return PosteriorSelector(cfg, score)
+    if name == "filter":
+        return FilterSelector(cfg)
+    raise ValueError(f"unknown selector '{name}'; allowed: all, skip, posterior, filter")

@@ -1,0 +1,78 @@
+"""Named strategies: presets of the four parts that reproduce published methods.
+
+| strategy | estimator      | selector            | allocator | repair | filter |
+|----------|----------------|---------------------|-----------|--------|--------|
+| uniform  | window         | all                 | fixed     | none   | no     |
+| dapo     | window         | filter (back-fill)  | fixed     | none   | yes    |
+| greso    | window         | skip                | fixed     | none   | no     |
+| mopps    | beta           | posterior (target)  | fixed     | none   | no     |
+| vade     | two_scale_beta | posterior (info)    | fixed     | none   | no     |
+| knapsack | last_visit     | all                 | knapsack  | none   | no     |
+| dars     | window         | all                 | hardness  | none   | yes    |
+| ar3po    | window         | all                 | staged    | replay | no     |
+| e3       | rank           | all                 | rank      | none   | no     |
+
+Any part can be swapped by name in the config (planner.estimator, planner.selector, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollwise.planner.allocators import make_allocator
+from rollwise.planner.core import ComposedPlanner
+from rollwise.planner.estimators import make_estimator
+from rollwise.planner.repair import make_repair
+from rollwise.planner.selectors import make_selector
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "uniform": {"estimator": "window", "selector": "all", "allocator": "fixed", "repair": "none"},
+    "dapo": {"estimator": "window", "selector": "filter", "allocator": "fixed", "repair": "none", "filter": True},
+    "greso": {"estimator": "window", "selector": "skip", "allocator": "fixed", "repair": "none"},
+    "mopps": {"estimator": "beta", "selector": "posterior", "allocator": "fixed", "repair": "none"},
+    "vade": {"estimator": "two_scale_beta", "selector": "posterior", "allocator": "fixed", "repair": "none",
+             "score": "info"},
+    "knapsack": {"estimator": "last_visit", "selector": "all", "allocator": "knapsack", "repair": "none"},
+    "dars": {"estimator": "window", "selector": "all", "allocator": "hardness", "repair": "none", "filter": True},
+    "ar3po": {"estimator": "window", "selector": "all", "allocator": "staged", "repair": "replay"},
+    "e3": {"estimator": "rank", "selector": "all", "allocator": "rank", "repair": "none"},
+}
+
+STRATEGIES: tuple[str, ...] = tuple(PRESETS)
+
+
+def make_planner(
+    cfg: Any,
+    uids: list[str],
+    prompts_per_step: int,
+    num_generations: int,
+    max_completion_length: int,
+    seed: int,
+) -> ComposedPlanner:
+    """Build the planner that `cfg` (a PlannerConfig) names."""
+    if cfg.strategy not in PRESETS:
+        raise ValueError(f"unknown planner strategy '{cfg.strategy}'; allowed: {', '.join(STRATEGIES)}")
+    if num_generations < 1 or prompts_per_step < 1:
+        raise ValueError("prompts_per_step and num_generations must be >= 1")
+    preset = PRESETS[cfg.strategy]
+    size = len(uids)
+    est = make_estimator(cfg.estimator or preset["estimator"], size, cfg)
+    sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"))
+    alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
+    rep = make_repair(cfg.repair or preset["repair"], size)
+    filt = preset.get("filter", False) if cfg.filter_zero_variance is None else cfg.filter_zero_variance
+    return ComposedPlanner(
+        cfg.strategy,
+        list(uids),
+        num_generations,
+        est,
+        sel,
+        alloc,
+        rep,
+        budget_rollouts=cfg.budget_rollouts or prompts_per_step * num_generations,
+        budget_tokens=cfg.budget_tokens,
+        max_completion_length=max_completion_length,
+        seed=seed,
+        cfg=cfg,
+        filter_zero_variance=bool(filt),
+    )

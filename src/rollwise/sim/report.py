@@ -1,0 +1,163 @@
+"""Summaries of simulated runs: per-strategy statistics with 95% bootstrap intervals, a rich
+table, a markdown table and the accuracy-vs-budget curves as a PNG."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rollwise.sim.runner import RunResult
+
+GRID = 201
+
+
+@dataclass
+class Stat:
+    mean: float
+    lo: float
+    hi: float
+    n: int  # seeds that contributed (rollouts-to-target skips seeds that never reach it)
+
+    def fmt(self, scale: float = 1.0, digits: int = 3) -> str:
+        if self.n == 0 or not math.isfinite(self.mean):
+            return "never"
+        m, lo, hi = self.mean / scale, self.lo / scale, self.hi / scale
+        return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def bootstrap(x: np.ndarray, seed: int = 0, reps: int = 2000) -> Stat:
+    """Mean and 95% percentile-bootstrap interval over seeds (NaNs dropped)."""
+    x = np.asarray(x, dtype=float)
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        return Stat(float("nan"), float("nan"), float("nan"), 0)
+    if len(x) == 1:
+        return Stat(float(x[0]), float(x[0]), float(x[0]), 1)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), (reps, len(x)))].mean(axis=1)
+    return Stat(float(x.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)), len(x))
+
+
+def spend(r: RunResult, unit: str) -> np.ndarray:
+    return r.tokens if unit == "tokens" else r.rollouts
+
+
+def curve(r: RunResult, unit: str) -> np.ndarray:
+    """Held-out accuracy on a common grid of 0..total budget."""
+    x = np.linspace(0.0, r.budget_total, GRID)
+    return np.interp(x, spend(r, unit), r.accuracy)
+
+
+def first_reach(r: RunResult, unit: str, target: float) -> float:
+    """Budget spent when held-out accuracy first reaches `target` (interpolated); NaN if never
+    within the run's budget."""
+    x, acc = spend(r, unit), r.accuracy
+    hit = np.flatnonzero(acc >= target)
+    if len(hit) == 0:
+        return float("nan")
+    j = int(hit[0])
+    if j == 0:
+        return 0.0
+    x0, x1, a0, a1 = x[j - 1], x[j], acc[j - 1], acc[j]
+    reach = x0 + (x1 - x0) * (target - a0) / max(a1 - a0, 1e-12)
+    return float(reach) if reach <= r.budget_total else float("nan")
+
+
+def summarize(results: dict[str, list[RunResult]], unit: str, target: float | None) -> dict[str, dict[str, Stat]]:
+    """Per strategy: budget to reach the target, its share of the total budget, final
+    accuracy, area under the accuracy curve (normalised: the mean accuracy over the budget),
+    effective ratio. With target None each seed's target is uniform's final accuracy in
+    that seed (paired comparison)."""
+    if target is None and "uniform" not in results:
+        raise ValueError("pass --target, or include 'uniform' in --strategies (its final accuracy is the target)")
+    base = {r.seed: float(curve(r, unit)[-1]) for r in results.get("uniform", [])}
+    out: dict[str, dict[str, Stat]] = {}
+    for name, runs in results.items():
+        reach = np.array([first_reach(r, unit, target if target is not None else base[r.seed]) for r in runs])
+        total = np.array([r.budget_total for r in runs])
+        curves = np.array([curve(r, unit) for r in runs])
+        out[name] = {
+            "reach": bootstrap(reach),
+            "reach_share": bootstrap(reach / total),
+            "final": bootstrap(curves[:, -1]),
+            "auc": bootstrap(curves.mean(axis=1)),
+            "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
+            "all_wrong": bootstrap(np.array([r.all_wrong for r in runs])),
+            "all_correct": bootstrap(np.array([r.all_correct for r in runs])),
+        }
+    return out
+
+
+COLUMNS = [
+    ("to target ({u}, k)", "reach", 1000.0, 1),
+    ("share of budget", "reach_share", 1.0, 2),
+    ("final held-out acc", "final", 1.0, 3),
+    ("AUC (mean acc)", "auc", 1.0, 3),
+    ("effective ratio", "effective", 1.0, 2),
+    ("all-wrong share", "all_wrong", 1.0, 2),
+]
+
+
+def table_rows(summary: dict[str, dict[str, Stat]], seeds: int) -> list[list[str]]:
+    rows = []
+    for name, s in summary.items():
+        row = [name]
+        for _, key, scale, digits in COLUMNS:
+            row.append(s[key].fmt(scale, digits))
+        row.append(f"{s['reach'].n}/{seeds}")
+        rows.append(row)
+    return rows
+
+
+def headers(unit: str) -> list[str]:
+    return ["strategy"] + [c[0].format(u=unit) for c in COLUMNS] + ["reached"]
+
+
+def print_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for i, h in enumerate(headers(unit)):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold", max_width=60 if i == 0 else None)
+    for row in table_rows(summary, seeds):
+        t.add_row(*row)
+    Console(width=max(200, Console().width)).print(t)
+
+
+def markdown_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int) -> str:
+    hs = headers(unit)
+    lines = ["| " + " | ".join(hs) + " |", "|" + "|".join("---" for _ in hs) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in table_rows(summary, seeds)]
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(results: dict[str, list[RunResult]], unit: str, path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, runs in results.items():
+        total = runs[0].budget_total
+        x = np.linspace(0, total, GRID)
+        c = np.array([curve(r, unit) for r in runs])
+        m = c.mean(axis=0)
+        se = c.std(axis=0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(m)
+        ax.plot(x, m, label=name, lw=2.2 if name == "uniform" else 1.4)
+        ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15)
+    ax.set_xlabel(f"cumulative {unit} generated (discarded included)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,112 @@
+"""Run planners against the simulated world at an equal total budget.
+
+The loop below is the training loop with the engine and rewarder replaced by `World`: the
+planner is built by the same `build_planner` and sees only uids, rewards and lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from rollwise.config import PlannerConfig
+from rollwise.planner import build_planner
+from rollwise.sim.world import SimParams, World
+
+
+@dataclass
+class RunSpec:
+    strategy: str
+    seed: int
+    steps: int = 150  # uniform steps that the total budget buys
+    prompts_per_step: int = 32
+    num_generations: int = 8
+    unit: str = "rollouts"  # rollouts | tokens
+    budget: int | None = None  # per step, in `unit`; None = prompts_per_step * num_generations (* mean length)
+    params: SimParams = field(default_factory=SimParams)
+    planner: dict[str, Any] = field(default_factory=dict)  # extra PlannerConfig fields
+
+
+@dataclass
+class RunResult:
+    strategy: str
+    seed: int
+    rollouts: np.ndarray  # cumulative generated rollouts after each step (0 first)
+    tokens: np.ndarray  # cumulative generated tokens
+    accuracy: np.ndarray  # held-out accuracy after each step
+    effective: int  # rollouts in groups that gave a gradient
+    generated: int
+    all_wrong: float  # mean all-wrong share of rolled-out groups
+    all_correct: float
+    notes: int  # steps that ended with a planner note
+    budget_total: float
+
+
+def default_budget(spec: RunSpec) -> int:
+    b = spec.prompts_per_step * spec.num_generations
+    if spec.unit == "tokens":
+        w = World(spec.params, 0, spec.prompts_per_step, spec.num_generations)
+        return int(round(b * w.mean_length()))
+    return b
+
+
+def run_one(spec: RunSpec) -> RunResult:
+    """One strategy, one seed, until the run has spent steps * budget (rollouts or tokens)."""
+    world = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
+    budget = spec.budget or default_budget(spec)
+    key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
+    cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **spec.planner)
+    planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
+                            spec.params.max_len, spec.seed)
+    total = float(spec.steps * budget)
+    rollouts, tokens, acc = [0.0], [0.0], [world.eval_accuracy()]
+    eff = gen = notes = 0
+    wrong, correct = [], []
+    for step in range(spec.steps * 20):
+        groups: dict[str, list[float]] = {}
+        reqs = planner.begin_step(step)
+        while reqs:
+            results = [world.generate(r) for r in reqs]
+            for res in results:
+                groups.setdefault(res.uid, []).extend(res.rewards)
+            reqs = planner.observe(results)
+        out = planner.end_step()
+        world.learn(groups, out.train, out.replay)
+        m = planner.metrics()
+        gen += int(m["rollout/rollouts"])
+        eff += int(round(m["planner/effective_ratio"] * m["rollout/rollouts"]))
+        wrong.append(m["planner/all_wrong_share"])
+        correct.append(m["planner/all_correct_share"])
+        notes += bool(out.notes)
+        rollouts.append(rollouts[-1] + m["rollout/rollouts"])
+        tokens.append(tokens[-1] + m["rollout/tokens"])
+        acc.append(world.eval_accuracy())
+        spent = tokens[-1] if spec.unit == "tokens" else rollouts[-1]
+        if spent >= total:
+            break
+    return RunResult(spec.strategy, spec.seed, np.array(rollouts), np.array(tokens), np.array(acc), eff, gen,
+                     float(np.mean(wrong)), float(np.mean(correct)), notes, total)
+
+
+def run_many(base: RunSpec, strategies: list[str], seeds: list[int], workers: int = 1,
+             progress: Any = None) -> dict[str, list[RunResult]]:
+    """Every strategy over every seed; `progress(done, total)` is called after each run."""
+    specs = [replace(base, strategy=s, seed=seed) for s in strategies for seed in seeds]
+    out: dict[str, list[RunResult]] = {s: [] for s in strategies}
+    if workers > 1:
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(workers) as pool:
+            for i, res in enumerate(pool.imap(run_one, specs)):
+                out[res.strategy].append(res)
+                if progress:
+                    progress(i + 1, len(specs))
+        return out
+    for i, spec in enumerate(specs):
+        res = run_one(spec)
+        out[res.strategy].append(res)
+        if progress:
+            progress(i + 1, len(specs))
+    return out

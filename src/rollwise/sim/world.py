@@ -1,0 +1,146 @@
+"""A pure-numpy model of RLVR training dynamics: it stands in for the engine and the rewarder.
+
+Items (prompts) follow an item-response model. Prompt i is solved with probability
+
+    q_i = sigmoid(a_i * (theta + delta_i - b_i))      (0 for the unsolvable share)
+
+times the chance that a correct response fits under the length cap. theta is the global skill
+(shared by training and held-out prompts), delta_i a per-prompt offset that training on the
+prompt raises (memorisation) and that drifts, b_i the difficulty, a_i the discrimination.
+
+A trained group with c correct of n gives the signal s = 4 c (n-c) / n^2 in [0, 1]
+(1 at c = n/2, 0 for a group with equal rewards); E = sum over trained groups of n * s is
+the step's "effective samples". A replayed correct response (stop-gradient) counts as one
+extra correct in the group statistics and its signal is weighted by `replay_weight`. The
+learning laws turn E into a skill gain:
+
+- signal:     d theta = lr * E / N_ref            (SGD on a sum-normalised loss)
+- mean:       d theta = lr * E / N_trained        (loss averaged over the trained batch)
+- saturating: d theta = lr * k * (1 - exp(-E / (k * N_ref))), k = 1/4
+              (diminishing returns per effective sample, as with Adam and a critical batch)
+
+N_ref is the uniform batch (prompts_per_step * num_generations). Held-out accuracy is the
+exact mean solve rate of the held-out prompts: it moves only through theta.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rollwise.planner.base import GroupResult, Request
+
+LAWS = ("signal", "mean", "saturating")
+
+
+@dataclass
+class SimParams:
+    n_train: int = 1024
+    n_eval: int = 512
+    unsolvable: float = 0.1  # share of prompts no skill solves
+    difficulty_sd: float = 2.5  # b ~ Normal(0, sd)
+    discrimination: float = 1.5  # a ~ LogNormal(log(discrimination), 0.25)
+    skill0: float = -2.5  # initial theta (held-out accuracy starts near 0.17)
+    law: str = "signal"
+    lr: float = 0.04  # skill gain scale
+    local_lr: float = 0.1  # per-prompt offset gain per effective sample / num_generations
+    drift: float = 0.05  # per-step random-walk sd of training prompts' offsets
+    replay_weight: float = 0.5  # signal weight of a group repaired by a replayed response
+    length_median: float = 200.0  # median tokens of a correct response at difficulty 0
+    length_sigma: float = 0.6  # log-sd of response lengths
+    length_difficulty: float = 0.15  # log-median slope against difficulty
+    wrong_length_factor: float = 1.5  # wrong responses are this much longer (median)
+    max_len: int = 1024  # length cap; a truncated response scores 0
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+class World:
+    """One simulated run: prompt parameters, the policy's skill, sampling and learning."""
+
+    def __init__(self, params: SimParams, seed: int, prompts_per_step: int, num_generations: int):
+        if params.law not in LAWS:
+            raise ValueError(f"unknown learning law '{params.law}'; allowed: {', '.join(LAWS)}")
+        self.p = params
+        rng = np.random.default_rng([seed, 17])
+        m = params.n_train + params.n_eval
+        self.b = rng.normal(0.0, params.difficulty_sd, m)
+        self.a = np.exp(rng.normal(math.log(params.discrimination), 0.25, m))
+        self.solvable = rng.random(m) >= params.unsolvable
+        self.delta = np.zeros(m)
+        log_med = math.log(params.length_median) + params.length_difficulty * self.b
+        self.log_med = log_med
+        self.fit = _phi((math.log(params.max_len) - log_med) / params.length_sigma)  # P(correct fits)
+        self.theta = params.skill0
+        self.n_ref = prompts_per_step * num_generations
+        self.n = num_generations
+        self.train_uids = [f"t{i}" for i in range(params.n_train)]
+        self.index = {u: i for i, u in enumerate(self.train_uids)}
+        self.eval_idx = np.arange(params.n_train, m)
+        self.rng = np.random.default_rng([seed, 29])
+
+    # ----------------------------------------------------------------- truth
+    def solve_rate(self, idx: np.ndarray) -> np.ndarray:
+        z = self.a[idx] * (self.theta + self.delta[idx] - self.b[idx])
+        return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
+
+    def eval_accuracy(self) -> float:
+        return float(self.solve_rate(self.eval_idx).mean())
+
+    def mean_length(self) -> float:
+        """Expected response length at the start (for a default token budget)."""
+        i = np.arange(self.p.n_train)
+        q = self.solve_rate(i) / np.maximum(self.fit[i], 1e-9)
+        med = np.exp(self.log_med[i]) * (q + (1 - q) * self.p.wrong_length_factor)
+        return float(np.minimum(med * math.exp(self.p.length_sigma**2 / 2), self.p.max_len).mean())
+
+    # ----------------------------------------------------------------- engine + rewarder
+    def generate(self, req: Request) -> GroupResult:
+        i = self.index[req.uid]
+        z = self.a[i] * (self.theta + self.delta[i] - self.b[i])
+        q = 1.0 / (1.0 + math.exp(-z)) if self.solvable[i] else 0.0
+        correct = self.rng.random(req.n) < q
+        med = self.log_med[i] + np.where(correct, 0.0, math.log(self.p.wrong_length_factor))
+        lengths = np.exp(med + self.p.length_sigma * self.rng.standard_normal(req.n))
+        cap = req.max_new_tokens or self.p.max_len
+        truncated = lengths >= cap
+        lengths = np.minimum(np.ceil(lengths), cap).astype(int)
+        rewards = (correct & ~truncated).astype(float)
+        return GroupResult(req.uid, rewards.tolist(), lengths.tolist())
+
+    # ----------------------------------------------------------------- learning
+    def learn(self, groups: dict[str, list[float]], train: list[str], replay: list[str]) -> float:
+        """Apply one step's update from the trained groups; returns the skill gain."""
+        replayed = set(replay)
+        e_total, n_trained = 0.0, 0
+        for uid in train:
+            r = groups[uid]
+            n, c = len(r), float(sum(r))
+            n_trained += n
+            w = 1.0
+            if uid in replayed and c == 0:
+                c, w = 1.0, self.p.replay_weight
+                s = 4.0 * c * n / (n + 1) ** 2
+            else:
+                s = 4.0 * c * (n - c) / n**2 if n else 0.0
+            e = w * n * s
+            e_total += e
+            i = self.index[uid]
+            self.delta[i] += self.p.local_lr * e / self.n
+        lr, law = self.p.lr, self.p.law
+        if law == "signal":
+            gain = lr * e_total / self.n_ref
+        elif law == "mean":
+            gain = lr * e_total / max(n_trained, 1)
+        else:
+            k = 0.25
+            gain = lr * k * (1.0 - math.exp(-e_total / (k * self.n_ref)))
+        self.theta += gain
+        if self.p.drift > 0:
+            t = self.p.n_train
+            self.delta[:t] += self.rng.normal(0.0, self.p.drift, t)
+        return gain

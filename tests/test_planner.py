@@ -1,0 +1,318 @@
+"""Planner parts with hand-computed cases, and strategies end to end on scripted rewards."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from rollwise.config import PlannerConfig
+from rollwise.planner import STRATEGIES, GroupResult, UniformPlanner, build_planner
+from rollwise.planner.allocators import HardnessAllocator
+from rollwise.planner.estimators import (
+    BetaEstimator,
+    LastVisitEstimator,
+    RankEstimator,
+    TwoScaleBetaEstimator,
+    WindowEstimator,
+)
+from rollwise.planner.irt import IRTEstimator
+from rollwise.planner.knapsack import informative_value, needed_samples, solve_mckp
+
+UIDS = [f"q{i}" for i in range(40)]
+
+
+def make(strategy: str = "uniform", uids: list[str] = UIDS, pps: int = 4, n: int = 4, **kw) -> object:
+    return build_planner(PlannerConfig(strategy=strategy, **kw), uids, pps, n, 64, 0)
+
+
+def run_step(pl, reward_of, length: int = 10) -> tuple[list[list[tuple[str, int]]], object]:
+    """One step; reward_of(uid, round, k) -> reward. Returns the requests per round and the outcome."""
+    rounds, reqs, r = [], pl.begin_step(0), 0
+    while reqs:
+        rounds.append([(q.uid, q.n) for q in reqs])
+        reqs = pl.observe([GroupResult(q.uid, [reward_of(q.uid, r, k) for k in range(q.n)], [length] * q.n)
+                           for q in reqs])
+        r += 1
+    return rounds, pl.end_step()
+
+
+# ------------------------------------------------------------------ knapsack
+
+
+def test_knapsack_matches_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        m, k = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        values = [rng.random(k) for _ in range(m)]
+        costs = [rng.integers(0, 6, k) for _ in range(m)]
+        cap = int(rng.integers(sum(c.min() for c in costs), 15))
+        best = max(sum(values[i][c] for i, c in enumerate(ch))
+                   for ch in itertools.product(range(k), repeat=m)
+                   if sum(costs[i][c] for i, c in enumerate(ch)) <= cap)
+        chosen = solve_mckp(values, costs, cap)
+        assert sum(costs[i][c] for i, c in enumerate(chosen)) <= cap
+        assert sum(values[i][c] for i, c in enumerate(chosen)) == pytest.approx(best)
+
+
+def test_knapsack_infeasible_and_values() -> None:
+    with pytest.raises(ValueError):
+        solve_mckp([np.ones(2)], [np.array([3, 4])], 2)
+    # p = 1/2, n = 2: (1 - 1/4 - 1/4) * 1/2 * 1/4
+    assert informative_value(np.array(0.5), 2) == pytest.approx(0.0625)
+    assert informative_value(np.array(0.0), 8) == 0.0
+    assert needed_samples(0.5, 128) == 4  # log 0.1 / log 0.5 = 3.32
+    assert needed_samples(0.9, 128) == 22  # log 0.1 / log 0.9 = 21.85
+    assert needed_samples(0.9, 16) == 16
+
+
+def test_knapsack_allocator_respects_budget_and_bounds() -> None:
+    rates = {u: (i % 5) / 4 for i, u in enumerate(UIDS)}  # 0, .25, .5, .75, 1
+    pl = make("knapsack", pps=4, n=4, min_observations=4, max_samples_per_prompt=10)
+    for u in UIDS:
+        k = round(rates[u] * 4)
+        pl.estimator.update(pl.index[u], k, 4)
+    reqs = pl.begin_step(0)
+    ns = {q.uid: q.n for q in reqs}
+    assert sum(ns.values()) <= 16
+    for u, n in ns.items():
+        if rates[u] in (0.0, 1.0):
+            assert n == 2  # extremes get the minimum ...
+        assert 2 <= n <= 10
+    assert len(ns) == 4
+
+
+# ------------------------------------------------------------------ estimators
+
+
+def test_beta_posterior_with_decay() -> None:
+    e = BetaEstimator(2, decay=0.5)
+    e.update(0, 3, 4)  # alpha = .5*1 + .5 + 3 = 4, beta = .5*1 + .5 + 1 = 2
+    assert (e.alpha[0], e.beta[0]) == (4.0, 2.0)
+    e.update(0, 0, 2)  # alpha = 2 + .5 = 2.5, beta = 1 + .5 + 2 = 3.5
+    assert (e.alpha[0], e.beta[0]) == (2.5, 3.5)
+    assert e.mean(np.array([0, 1])) == pytest.approx([2.5 / 6, 0.5])
+    assert e.count(np.array([0]))[0] == pytest.approx(4.0)
+    nodecay = BetaEstimator(1, decay=1.0)
+    nodecay.update(0, 3, 4)
+    nodecay.update(0, 0, 2)
+    assert (nodecay.alpha[0], nodecay.beta[0]) == (4.0, 4.0)
+
+
+def test_two_scale_blends_fast_and_slow() -> None:
+    e = TwoScaleBetaEstimator(1, fast=0.0, slow=1.0, fast_weight=0.5)
+    e.update(0, 4, 4)
+    e.update(0, 0, 4)  # fast forgets: (1 + 0, 1 + 4); slow keeps all: (5, 5)
+    a, b = e.pseudo_counts(np.array([0]))
+    assert (a[0], b[0]) == (3.0, 5.0)
+
+
+def test_window_last_visit_and_rank() -> None:
+    w = WindowEstimator(3, window=4)
+    w.update(0, 2, 2)
+    w.update(0, 0, 4)  # last 4 rewards are the 4 failures
+    w.update(1, 1, 2)
+    assert w.mean(np.array([0, 1, 2])) == pytest.approx([0.0, 0.5, 0.5])
+    lv = LastVisitEstimator(2, window=4)
+    lv.update(0, 4, 4)
+    lv.update(0, 1, 8)  # a full visit: its own mean
+    lv.update(1, 2, 2)
+    lv.update(1, 0, 2)  # short visit: topped up with the earlier one -> 2/4
+    assert lv.mean(np.array([0, 1])) == pytest.approx([1 / 8, 0.5])
+    r = RankEstimator(4, window=4)
+    r.update(0, 4, 4)  # easiest
+    r.update(1, 2, 4)
+    r.update(2, 0, 4)  # hardest
+    assert r.rank(np.array([0, 1, 2, 3])) == pytest.approx([0.0, 1 / 3, 2 / 3, 0.0])
+
+
+def test_irt_estimator_learns_level_and_hopeless_prompts() -> None:
+    e = IRTEstimator(3)
+    e.update(0, 4, 8)
+    e.update(1, 0, 8)
+    e.after_step()
+    m0, m1 = e.mean(np.array([0, 1]))
+    assert 0.3 < m0 < 0.7 and m1 < 0.2
+    e.update(0, 8, 8)  # the revisited prompt did better: the level rises
+    e.after_step()
+    assert e.level > 0
+    m0, m1, m2 = e.mean(np.array([0, 1, 2]))
+    assert m1 < m2 < m0  # an unseen prompt looks like the pool
+
+
+# ------------------------------------------------------------------ selectors
+
+
+def test_greso_skip_probabilities_and_adaptation() -> None:
+    pl = make("greso")
+    sel = pl.selector
+    sel.z_easy[0], sel.z_hard[1], sel.z_hard[2] = 2, 3, 10
+    assert sel.keep_probability(0) == pytest.approx(0.25)  # 0.5^2
+    assert sel.keep_probability(1) == pytest.approx(0.125)  # 0.5^3
+    assert sel.keep_probability(2) == pytest.approx(0.01)  # floor
+    assert sel.keep_probability(3) == 1.0  # no history
+    pl.stream.epoch = 1  # adaptation starts after epoch 0
+    run_step(pl, lambda u, r, k: 1.0)  # every group all-correct
+    assert sel.p_easy == pytest.approx(0.49) and sel.p_hard == pytest.approx(0.51)
+    assert pl.metrics()["planner/all_correct_share"] == 1.0
+
+
+def test_greso_history_counts() -> None:
+    pl = make("greso")
+    _, out = run_step(pl, lambda u, r, k: 0.0)
+    for u in out.train:
+        assert pl.selector.z_hard[pl.index[u]] == 1 and pl.selector.z_easy[pl.index[u]] == 0
+
+
+def test_posterior_selector_prefers_informative_prompts() -> None:
+    pl = make("mopps", pps=4, candidate_factor=10)  # all 40 prompts are candidates
+    for u in UIDS:
+        pl.estimator.update(pl.index[u], 0 if u not in ("q3", "q7", "q11", "q19") else 10, 20)
+    assert {q.uid for q in pl.begin_step(0)} == {"q3", "q7", "q11", "q19"}
+
+
+def test_dapo_backfill_accounting_and_limit_note() -> None:
+    informative = {"q1", "q2"}
+    pl = make("dapo", pps=3, n=4, dapo_max_rounds=2)
+    rounds, out = run_step(pl, lambda u, r, k: float(u in informative and k == 0))
+    assert len(rounds) == 2 and all(n == 4 for rr in rounds for _, n in rr)
+    generated = sum(len(rr) for rr in rounds) * 4
+    got = [u for rr in rounds for u, _ in rr if u in informative]
+    assert out.train == got
+    assert out.discarded_rollouts == generated - 4 * len(got)
+    assert out.discarded_tokens == out.discarded_rollouts * 10
+    assert len(out.notes) == 1 and "dapo_max_rounds=2" in out.notes[0]
+    m = pl.metrics()
+    assert m["rollout/rollouts"] == generated and m["rollout/discarded_rollouts"] == out.discarded_rollouts
+
+
+def test_dapo_stops_when_full_and_drops_extras() -> None:
+    pl = make("dapo", pps=2, n=2, dapo_oversample=2.0)
+    rounds, out = run_step(pl, lambda u, r, k: float(k == 0))  # every group informative
+    assert len(rounds) == 1 and len(rounds[0]) == 4
+    assert len(out.train) == 2 and out.discarded_rollouts == 4 and not out.notes
+
+
+# ------------------------------------------------------------------ allocators
+
+
+def test_staged_early_exit() -> None:
+    pl = make("ar3po", uids=["a", "b", "c"], pps=3, n=4, ar3po_stages=3, ar3po_stage_size=2,
+              budget_rollouts=100)
+    first_correct = {"a": 0, "b": 1, "c": 99}  # a: solved at stage 1, b at stage 2, c never
+    rounds, out = run_step(pl, lambda u, r, k: float(r >= first_correct[u]))
+    assert [sorted(rr) for rr in rounds] == [[("a", 2), ("b", 2), ("c", 2)], [("b", 2), ("c", 2)], [("c", 2)]]
+    assert sorted(out.train) == ["a", "b", "c"]
+    assert pl.metrics()["planner/samples_per_prompt"] == [2, 4, 6]
+
+
+def test_staged_respects_budget() -> None:
+    pl = make("ar3po", uids=["a", "b", "c"], pps=3, n=4, ar3po_stages=4, ar3po_stage_size=2, budget_rollouts=10)
+    rounds, _ = run_step(pl, lambda u, r, k: 0.0)
+    assert sum(n for rr in rounds for _, n in rr) <= 10
+
+
+def test_dars_schedules_worked_values() -> None:
+    et = HardnessAllocator(PlannerConfig(dars_schedule="et"), 8)
+    hw = HardnessAllocator(PlannerConfig(dars_schedule="hw"), 8)
+    assert (et.extra(0, 8), hw.extra(0, 8)) == (24, 56)
+    assert (et.extra(1, 8), hw.extra(1, 8)) == (11, 24)
+    assert et.extra(4, 8) == 0 and hw.extra(6, 8) == 0
+
+
+def test_rank_allocation_hand_computed() -> None:
+    pl = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8)
+    for u, s in zip("abcd", (8, 6, 4, 2)):  # ranks 0, 1/4, 2/4, 3/4
+        pl.estimator.update(pl.index[u], s, 8)
+    ns = {q.uid: q.n for q in pl.begin_step(0)}
+    # n_min 4, n_max 12, spare 32 - 16 = 16: 4 + floor(16 * r / 1.5) = 4, 6, 9, 12; remainder 1 -> hardest full, next
+    assert ns == {"a": 4, "b": 6, "c": 10, "d": 12}
+    assert sum(ns.values()) == 32
+
+
+# ------------------------------------------------------------------ repair, metrics, budgets
+
+
+def test_replay_only_for_all_wrong_groups_with_a_past_correct() -> None:
+    pl = make("ar3po", uids=["a", "b"], pps=2, n=2, ar3po_stages=1, ar3po_stage_size=2)
+    _, out = run_step(pl, lambda u, r, k: float(u == "a" and k == 0))
+    assert out.replay == []
+    _, out = run_step(pl, lambda u, r, k: 0.0)
+    assert out.replay == ["a"]
+    assert pl.metrics()["planner/replayed"] == 1.0
+
+
+def test_metrics_effective_ratio_and_brier() -> None:
+    pl = make("uniform", uids=["a", "b"], pps=2, n=4)
+    run_step(pl, lambda u, r, k: float(u == "a"))  # a all-correct, b all-wrong
+    run_step(pl, lambda u, r, k: float(u == "a" and k < 2))  # a 2/4, b 0/4
+    m = pl.metrics()
+    assert m["planner/effective_ratio"] == 0.5 and m["planner/all_wrong_share"] == 0.5
+    # window means before the step: a = 1, b = 0; observed .5 and 0
+    assert m["planner/brier"] == pytest.approx((0.25 + 0.0) / 2)
+    assert m["rollout/rollouts"] == 8 and m["rollout/tokens"] == 80
+    assert m["planner/samples_per_prompt"] == [4, 4] and m["planner/samples_per_prompt_mean"] == 4
+
+
+def test_token_budget_converts_and_carries() -> None:
+    pl = make("uniform", pps=4, n=4, budget_tokens=320)  # length estimate starts at 64 / 2 = 32
+    assert pl.step_budget() == 10
+    rounds, _ = run_step(pl, lambda u, r, k: 0.0, length=40)
+    assert sum(n for rr in rounds for _, n in rr) == 8  # 10 rollouts -> 2 prompts of 4
+    assert pl.token_carry == pytest.approx(0.0)  # spent 320 = budget
+    assert pl.length_estimate == pytest.approx(0.9 * 32 + 0.1 * 40)
+
+
+def test_uniform_matches_the_original_planner() -> None:
+    new, old = make("uniform", pps=5, n=3), UniformPlanner(UIDS, 5, 3, 0)
+    for step in range(10):
+        assert [(q.uid, q.n) for q in new.begin_step(step)] == [(q.uid, q.n) for q in old.begin_step(step)]
+        new.observe([])
+        assert new.end_step().train == old.end_step().train
+
+
+def test_unknown_parts_fail_clearly() -> None:
+    with pytest.raises(RuntimeError, match="begin_step"):
+        make("uniform").observe([GroupResult("nope", [1.0], [1])])
+    with pytest.raises(ValueError, match="allowed"):
+        build_planner(PlannerConfig.model_construct(strategy="nope"), UIDS, 4, 4, 64, 0)
+    pl = make("uniform")
+    pl.begin_step(0)
+    with pytest.raises(ValueError, match="did not request"):
+        pl.observe([GroupResult("nope", [1.0], [1])])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_state_round_trip_continues_identically(strategy: str) -> None:
+    rates = {u: (i * 7 % 11) / 10 for i, u in enumerate(UIDS)}
+
+    def reward(step: int):
+        rng = np.random.default_rng(step)
+        draws = {u: rng.random(64) for u in UIDS}
+        return lambda u, r, k: float(draws[u][(8 * r + k) % 64] < rates[u])
+
+    def steps(pl, start: int, count: int) -> list:
+        trace = []
+        for s in range(start, start + count):
+            rounds, out = run_step(pl, reward(s))
+            trace.append((rounds, out.train, out.replay))
+        return trace
+
+    a = make(strategy, pps=4, n=4)
+    steps(a, 0, 6)
+    state = json.loads(json.dumps(a.state_dict()))
+    b = make(strategy, pps=4, n=4)
+    b.load_state_dict(state)
+    assert steps(a, 6, 6) == steps(b, 6, 6)
+    with pytest.raises(ValueError, match="strategy"):
+        make("uniform" if strategy != "uniform" else "dapo").load_state_dict(state)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_accepts_a_token_budget(strategy: str) -> None:
+    pl = make(strategy, pps=4, n=4, budget_tokens=500)
+    for _ in range(3):
+        rounds, out = run_step(pl, lambda u, r, k: float(k % 2), length=20)
+        assert rounds and isinstance(out.train, list)

@@ -1,0 +1,126 @@
+"""The simulator: world mechanics with hand-computed cases, runs, the table and the command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rollwise.planner import Request
+from rollwise.sim.command import parse_strategy, register
+from rollwise.sim.report import bootstrap, first_reach, summarize
+from rollwise.sim.runner import RunResult, RunSpec, run_many, run_one
+from rollwise.sim.world import SimParams, World
+
+SMALL = SimParams(n_train=64, n_eval=32)
+
+
+def world(**kw) -> World:
+    return World(SimParams(**{**SMALL.__dict__, **kw}), 0, prompts_per_step=4, num_generations=4)
+
+
+def test_generate_binary_rewards_and_capped_lengths() -> None:
+    w = world(max_len=50, length_median=40.0)
+    res = w.generate(Request("t0", 200))
+    assert set(res.rewards) <= {0.0, 1.0} and len(res.lengths) == 200
+    assert max(res.lengths) <= 50
+    capped = [r for r, n in zip(res.rewards, res.lengths) if n == 50]
+    assert all(r == 0.0 for r in capped)  # truncated responses score 0
+    w.solvable[:] = False
+    assert sum(w.generate(Request("t1", 50)).rewards) == 0.0
+
+
+def test_solve_rate_is_the_item_response_curve() -> None:
+    w = world(max_len=10**9)
+    w.theta, w.a[0], w.b[0], w.delta[0], w.solvable[0] = 0.5, 2.0, 1.0, 0.25, True
+    assert w.solve_rate(np.array([0]))[0] == pytest.approx(1 / (1 + math.exp(-2.0 * (0.5 + 0.25 - 1.0))))
+
+
+@pytest.mark.parametrize("law", ["signal", "mean", "saturating"])
+def test_learning_laws_hand_computed(law: str) -> None:
+    w = world(law=law, lr=0.1, local_lr=0.5, drift=0.0)
+    t0 = w.theta
+    groups = {"t0": [1.0, 0.0, 0.0, 0.0], "t1": [1.0, 1.0, 1.0, 1.0], "t2": [0.0] * 4}
+    gain = w.learn(groups, ["t0", "t1", "t2"], replay=["t2"])
+    e0 = 4 * (4 * 1 * 3 / 16)  # n * 4c(n-c)/n^2 = 3
+    e2 = 0.5 * 4 * (4 * 1 * 4 / 25)  # replayed: 1 correct of 5, weight 0.5 = 1.28
+    e = e0 + e2
+    expected = {"signal": 0.1 * e / 16, "mean": 0.1 * e / 12,
+                "saturating": 0.1 * 0.25 * (1 - math.exp(-e / (0.25 * 16)))}[law]
+    assert gain == pytest.approx(expected) and w.theta - t0 == pytest.approx(expected)
+    assert w.delta[0] == pytest.approx(0.5 * e0 / 4) and w.delta[1] == 0.0
+
+
+def test_run_is_deterministic_and_spends_the_budget() -> None:
+    spec = RunSpec("mopps", 3, steps=8, prompts_per_step=4, num_generations=4, params=SMALL)
+    a, b = run_one(spec), run_one(spec)
+    assert np.array_equal(a.accuracy, b.accuracy) and np.array_equal(a.rollouts, b.rollouts)
+    assert a.rollouts[-1] >= 8 * 16 and a.rollouts[-2] < 8 * 16
+    assert 0 <= a.effective <= a.generated
+
+
+def test_token_budget_run() -> None:
+    spec = RunSpec("knapsack", 0, steps=6, prompts_per_step=4, num_generations=4, unit="tokens", params=SMALL)
+    r = run_one(spec)
+    assert r.tokens[-1] >= r.budget_total and r.tokens[-2] < r.budget_total
+
+
+def test_run_many_groups_by_strategy() -> None:
+    base = RunSpec("uniform", 0, steps=4, prompts_per_step=4, num_generations=4, params=SMALL)
+    out = run_many(base, ["uniform", "dapo"], [0, 1])
+    assert {k: [r.seed for r in v] for k, v in out.items()} == {"uniform": [0, 1], "dapo": [0, 1]}
+
+
+def fake(strategy: str, seed: int, acc: list[float]) -> RunResult:
+    x = np.arange(len(acc), dtype=float) * 10
+    return RunResult(strategy, seed, x, x * 100, np.array(acc), 5, 10, 0.2, 0.1, 0, float(x[-1]))
+
+
+def test_first_reach_interpolates_and_summary_pairs_seeds() -> None:
+    r = fake("x", 0, [0.1, 0.3, 0.5])
+    assert first_reach(r, "rollouts", 0.4) == pytest.approx(15.0)
+    assert math.isnan(first_reach(r, "rollouts", 0.9))
+    res = {"uniform": [fake("uniform", 0, [0.1, 0.2, 0.4]), fake("uniform", 1, [0.1, 0.2, 0.3])],
+           "fast": [fake("fast", 0, [0.1, 0.4, 0.5]), fake("fast", 1, [0.1, 0.5, 0.5])]}
+    s = summarize(res, "rollouts", None)
+    assert s["fast"]["reach"].mean == pytest.approx((10.0 + 5.0) / 2)  # targets .4 and .3
+    assert s["fast"]["effective"].mean == 0.5
+    with pytest.raises(ValueError, match="target"):
+        summarize({"fast": res["fast"]}, "rollouts", None)
+
+
+def test_bootstrap_interval() -> None:
+    s = bootstrap(np.array([1.0, 2.0, 3.0, float("nan")]))
+    assert s.mean == 2.0 and s.n == 3 and 1.0 <= s.lo <= 2.0 <= s.hi <= 3.0
+
+
+def test_parse_strategy() -> None:
+    assert parse_strategy("mopps:candidate_factor=16:estimator=irt") == (
+        "mopps", {"candidate_factor": 16, "estimator": "irt"})
+    with pytest.raises(ValueError, match="allowed"):
+        parse_strategy("nope")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_strategy("mopps:oops")
+
+
+def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args([
+        "simulate", "--strategies", "uniform", "mopps:candidate_factor=2", "--seeds", "2", "--steps", "5",
+        "--prompts-per-step", "4", "--num-generations", "4", "--pool", "48", "--eval-size", "16",
+        "--out", str(tmp_path), "--quiet",
+    ])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "uniform" in out and "mopps:candidate_factor=2" in out and "effective ratio" in out
+    assert (tmp_path / "curves.png").stat().st_size > 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data["summary"]) == {"uniform", "mopps:candidate_factor=2"}
+    assert "| strategy |" in (tmp_path / "table.md").read_text()
+    bad = parser.parse_args(["simulate", "--strategies", "mopps", "--seeds", "1", "--steps", "2", "--pool", "32",
+                             "--eval-size", "8", "--out", str(tmp_path), "--quiet"])
+    assert bad.func(bad) == 2  # no uniform and no --target

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,6 +24,12 @@ class GenerationRequest:
     max_new_tokens: int
     temperature: float = 1.0
     greedy: bool = False
+    # A partial response to resume (continuous engine): part of the context, counted in max_new_tokens,
+    # returned at the head of the output with its own log-probs and versions.
+    prefix_ids: list[int] = field(default_factory=list)
+    prefix_logprobs: list[float] = field(default_factory=list)
+    prefix_versions: list[int] = field(default_factory=list)
+    request_id: int | None = None
 
 
 @dataclass
@@ -32,6 +38,7 @@ class GenerationOutput:
     logprobs: list[float]
     versions: list[int]
     finish_reason: FinishReason
+    request_id: int | None = None
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -1,0 +1,200 @@
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rollwise.engine import GenerationOutput, GenerationRequest, HFEngine
+from rollwise.engine.continuous import ContinuousEngine, _Row, _SlotBatch, peak_decode_throughput
+from rollwise.models import load_model, load_tokenizer
+from rollwise.training.logprobs import pack, response_logprobs
+
+TEXTS = ["12+34=", "a much longer prompt: 7*8=", "x", "hello there", "9-3=?", "what is 2*21? answer:"]
+LIMITS = [12, 3, 20, 7, 15, 5]
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_model_dir):
+    tok = load_tokenizer(str(tiny_model_dir))
+    model = load_model(str(tiny_model_dir))
+    return tok, model, [tok(t)["input_ids"] for t in TEXTS]
+
+
+def _perturbed(tiny_model_dir, scale):
+    """The tiny model with noise added: its greedy outputs stop repeating one character."""
+    model = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    return model
+
+
+@pytest.fixture(scope="module")
+def varied(setup, tiny_model_dir):
+    return _perturbed(tiny_model_dir, 0.3)
+
+
+def _engine(tok, model, num_slots=2, batch_size=2, seed=0, eos=None):
+    eos = eos if eos is not None else [tok.eos_token_id]
+    return ContinuousEngine(model, eos, tok.pad_token_id, dtype=torch.float32, batch_size=batch_size, seed=seed,
+                            num_slots=num_slots)
+
+
+def _fresh_logprobs(model, prompts, responses, pad, temperature):
+    batch = pack(prompts, responses, pad)
+    with torch.no_grad():
+        lp, _ = response_logprobs(model, batch, temperature=temperature, chunk_tokens=7)
+    return lp
+
+
+def test_greedy_matches_one_at_a_time_with_slot_reuse(setup, varied):
+    tok, _, prompts = setup
+    model = varied
+    reqs = [GenerationRequest(p, n, greedy=True) for p, n in zip(prompts, LIMITS)]
+    single = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=1)
+    ref = [single.generate([r])[0] for r in reqs]
+    # A token the greedy run emits mid-way becomes a second EOS, so some rows stop early ("stop").
+    extra = ref[0].response_ids[4]
+    eos = [tok.eos_token_id, extra]
+    single.eos = set(eos)
+    ref = [single.generate([r])[0] for r in reqs]
+    assert any(o.finish_reason == "stop" for o in ref) and any(o.finish_reason == "length" for o in ref)
+    for slots, bs in [(2, 2), (3, 1), (4, 4)]:
+        eng = _engine(tok, model, num_slots=slots, batch_size=bs, eos=eos)
+        outs = eng.generate(reqs)
+        assert [o.response_ids for o in outs] == [o.response_ids for o in ref]
+        assert [o.finish_reason for o in outs] == [o.finish_reason for o in ref]
+        for o, r in zip(outs, ref):
+            torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=1e-4, rtol=1e-4)
+        assert eng.stats["prefill_calls"] < len(reqs) or bs == 1  # waiting prompts prefill together
+    assert eng.stats["prefill_calls"] < len(reqs)
+
+
+def test_behaviour_logprobs_match_fresh_forward(setup):
+    tok, model, prompts = setup
+    eng = _engine(tok, model, num_slots=3, batch_size=2, seed=1)
+    outs = eng.generate([GenerationRequest(p, n, temperature=0.7) for p, n in zip(prompts, LIMITS)])
+    lp = _fresh_logprobs(model, prompts, [o.response_ids for o in outs], tok.pad_token_id, 0.7)
+    for b, o in enumerate(outs):
+        n = len(o.response_ids)
+        assert 0 < n <= LIMITS[b] and o.versions == [0] * n and o.request_id is None
+        torch.testing.assert_close(lp[b, :n], torch.tensor(o.logprobs), atol=1e-4, rtol=1e-4)
+
+
+def test_resume_after_token_budget_equals_uninterrupted_run(setup, varied):
+    tok, _, prompts = setup
+    model = varied
+    reqs = [GenerationRequest(p, n, greedy=True, request_id=10 + i) for i, (p, n) in enumerate(zip(prompts, LIMITS))]
+    full = _engine(tok, model).generate(reqs)
+    eng = _engine(tok, model, num_slots=2)
+    done, pending = eng.run_round(reqs, token_budget=9)
+    assert 9 <= sum(len(o.response_ids) for o in done) + sum(len(r.prefix_ids) for r in pending) <= 10
+    assert any(r.prefix_ids for r in pending) and any(not r.prefix_ids for r in pending)
+    eng.load_weights(model.state_dict(), version=1)  # same weights, new version
+    done2, pending2 = eng.run_round(pending)
+    assert not pending2
+    by_id = {o.request_id: o for o in done + done2}
+    assert sorted(by_id) == [r.request_id for r in reqs] and len(done) + len(done2) == len(reqs)
+    resumed = {r.request_id: r for r in pending if r.prefix_ids}
+    for r, f in zip(reqs, full):
+        o = by_id[r.request_id]
+        assert o.response_ids == f.response_ids and o.finish_reason == f.finish_reason
+        if r.request_id in resumed:
+            k = len(resumed[r.request_id].prefix_ids)
+            assert o.versions == [0] * k + [1] * (len(o.response_ids) - k) and k < len(o.response_ids)
+            assert o.logprobs[:k] == resumed[r.request_id].prefix_logprobs
+        torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(f.logprobs), atol=1e-4, rtol=1e-4)
+
+
+def test_resumed_continuation_logprobs_match_full_forward_under_new_weights(setup, tiny_model_dir):
+    tok, model, prompts = setup
+    eng = _engine(tok, model, num_slots=3, seed=3)
+    reqs = [GenerationRequest(p, 16, temperature=0.9) for p in prompts[:4]]
+    _, pending = eng.run_round(reqs, token_budget=12)
+    new_model = _perturbed(tiny_model_dir, 0.02)
+    eng.load_weights(new_model.state_dict(), version=2)
+    outs, left = eng.run_round(pending)
+    assert not left and sorted(o.request_id for o in outs) == [0, 1, 2, 3] and any(r.prefix_ids for r in pending)
+    outs = sorted(outs, key=lambda o: [r.request_id for r in pending].index(o.request_id))  # finish -> pending order
+    ctx = [r.prompt_ids for r in pending]
+    lp_old = _fresh_logprobs(model, ctx, [o.response_ids for o in outs], tok.pad_token_id, 0.9)
+    lp_new = _fresh_logprobs(new_model, ctx, [o.response_ids for o in outs], tok.pad_token_id, 0.9)
+    for b, (r, o) in enumerate(zip(pending, outs)):
+        k, n = len(r.prefix_ids), len(o.response_ids)
+        assert o.response_ids[:k] == r.prefix_ids and o.versions == [0] * k + [2] * (n - k)
+        torch.testing.assert_close(lp_old[b, :k], torch.tensor(o.logprobs[:k]), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(lp_new[b, k:n], torch.tensor(o.logprobs[k:]), atol=1e-4, rtol=1e-4)
+
+
+def test_stop_when_accounts_for_every_request(setup):
+    tok, model, prompts = setup
+    reqs = [GenerationRequest(p, n, temperature=1.0, request_id=100 + i)
+            for i, (p, n) in enumerate(zip(prompts * 2, LIMITS * 2))]
+    eng = _engine(tok, model, num_slots=3, batch_size=3)
+    done, pending = eng.run_round(reqs, stop_when=lambda fin: len(fin) >= 2)
+    assert len(done) >= 2 and all(o.finish_reason in ("stop", "length") for o in done)
+    ids = [o.request_id for o in done] + [r.request_id for r in pending]
+    assert sorted(ids) == [r.request_id for r in reqs]
+    started = [r for r in pending if r.prefix_ids]
+    assert 1 <= len(started) <= 3 and pending[: len(started)] == started  # in-flight ones first
+    originals = {r.request_id: r for r in reqs}
+    assert all(r == originals[r.request_id] for r in pending if not r.prefix_ids)  # never started: unchanged
+    done2, pending2 = eng.run_round(pending)
+    assert not pending2 and sorted(o.request_id for o in done + done2) == sorted(originals)
+
+
+def test_complete_prefix_and_missing_ids(setup):
+    tok, model, prompts = setup
+    eng = _engine(tok, model)
+    eos = tok.eos_token_id
+    reqs = [GenerationRequest(prompts[0], 5, prefix_ids=[7, eos], prefix_logprobs=[-1.0, -2.0], prefix_versions=[0, 0]),
+            GenerationRequest(prompts[1], 2, prefix_ids=[7, 8], prefix_logprobs=[-1.0, -2.0], prefix_versions=[0, 0]),
+            GenerationRequest(prompts[2], 4)]
+    done, pending = eng.run_round(reqs, token_budget=1)
+    by_id = {o.request_id: o for o in done}
+    assert by_id[0] == GenerationOutput([7, eos], [-1.0, -2.0], [0, 0], "stop", 0)
+    assert by_id[1].finish_reason == "length" and by_id[1].response_ids == [7, 8]
+    assert [r.request_id for r in pending] == [2] and len(pending[0].prefix_ids) == 1
+    with pytest.raises(ValueError):
+        eng.run_round([replace(reqs[0], prefix_versions=[])])
+
+
+def test_sampling_is_seeded_and_rng_state_round_trips(setup):
+    tok, model, prompts = setup
+    reqs = [GenerationRequest(p, 8) for p in prompts[:4]]
+    runs = [[o.response_ids for o in _engine(tok, model, seed=5).generate(reqs)] for _ in range(2)]
+    assert runs[0] == runs[1]
+    eng = _engine(tok, model, seed=5)
+    state = eng.state_dict()
+    first = [o.response_ids for o in eng.generate(reqs)]
+    second = [o.response_ids for o in eng.generate(reqs)]
+    eng.load_state_dict(state)
+    assert [o.response_ids for o in eng.generate(reqs)] == first and first == runs[0] and second != first
+
+
+def test_slot_batch_compacts_leading_padding():
+    b = _SlotBatch()
+
+    class _Cache:
+        def __init__(self, k):
+            self.key_cache, self.value_cache = [k], [k.clone()]
+
+    def rows(n):
+        return [_Row(GenerationRequest([1], 4)) for _ in range(n)]
+
+    b.add(_Cache(torch.ones(1, 2, 3, 4)), torch.ones(1, 3, dtype=torch.long), rows(1))
+    b.add(_Cache(torch.ones(2, 2, 7, 4)), torch.ones(2, 7, dtype=torch.long), rows(2))
+    assert b.attn.tolist()[0] == [0, 0, 0, 0, 1, 1, 1] and b.cache.key_cache[0].shape == (3, 2, 7, 4)
+    assert b.cache.key_cache[0][0, :, :4].abs().sum() == 0
+    b.rows[1].finish = b.rows[2].finish = "length"
+    assert len(b.drop_finished()) == 2
+    assert b.attn.shape == (1, 3) and b.cache.key_cache[0].shape == (1, 2, 3, 4)
+
+
+def test_peak_decode_throughput_runs(setup):
+    tok, model, prompts = setup
+    eng = _engine(tok, model, num_slots=2)
+    state = eng.state_dict()
+    tps = peak_decode_throughput(eng, prompts[0], num_slots=4, new_tokens=6)
+    assert tps > 0 and eng.num_slots == 2 and eng.eos == {tok.eos_token_id}
+    assert eng.stats["decode_tokens"] == 1 + 4 * 5  # warm-up step + 5 decode steps of 4 full slots
+    assert torch.equal(eng.state_dict()["generator"], state["generator"])

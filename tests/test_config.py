@@ -65,3 +65,11 @@ def test_every_field_is_documented():
     rows = describe_fields()
     assert len(rows) > 40
     assert all(desc for _, _, desc in rows), [k for k, _, d in rows if not d]
+
+
+def test_options_doc_is_in_sync():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
+    for key, default, desc in describe_fields():
+        assert f"| `{key}` | `{default}` | {desc} |" in doc, f"docs/options.md is stale for {key}: run rollwise options --markdown"

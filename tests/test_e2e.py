@@ -81,3 +81,24 @@ def test_console_entry_point_help():
     assert out.returncode == 0 and "--resume" in out.stdout
     out = subprocess.run([sys.executable, "-m", "rollwise", "options"], capture_output=True, text=True)
     assert "algo.epsilon_high" in out.stdout
+
+
+@pytest.mark.parametrize("strategy", ["dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3"])
+def test_every_planner_strategy_trains_and_resumes(tiny_model_dir, tmp_path, strategy):
+    extra = ["eval.at_start=false", "eval.at_end=false", f"planner.strategy={strategy}"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "p", 2, extra)]) == 0
+    assert main(["train", "--resume", str(tmp_path / "p"), "train.max_steps=3"]) == 0
+    lines = _train_lines(tmp_path / "p")
+    assert [r["step"] for r in lines] == [1, 2, 3]
+    assert all(r["rollout/rollouts"] > 0 for r in lines)
+    assert all("planner/effective_ratio" in r for r in lines)
+
+
+def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
+    extra = ["model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.05", "eval.at_start=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "lora", 2, extra)]) == 0
+    w = load_file(str(tmp_path / "lora" / "checkpoints" / "step_000002" / "weights.safetensors"))
+    assert w and all("lora_" in k for k in w)
+    lines = _train_lines(tmp_path / "lora")
+    assert all("loss/kl" in r for r in lines)
+    assert main(["eval", str(tmp_path / "lora")]) == 0

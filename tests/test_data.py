@@ -69,12 +69,23 @@ def test_eval_never_overlaps_train_and_is_refilled() -> None:
 
 def test_small_question_space_gives_fewer_eval_items_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     params = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
-    cfg = rg_cfg(600, 50, ("products", 1.0, params))  # at most 100 distinct questions
+    cfg = rg_cfg(600, 150, ("products", 1.0, params))  # at most 100 distinct questions
     with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
         train, evals = build_items(cfg, seed=0)
-    assert len(evals) < 50
+    assert 50 < len(evals) < 150
+    assert len({i.question for i in evals}) == len(evals)
     assert not {i.question for i in train} & {i.question for i in evals}
     assert "only" in caplog.text and "products" in caplog.text
+
+
+def test_eval_is_an_unbiased_sample_even_when_training_covers_the_space() -> None:
+    # 1-2 digit sums: a large training set covers nearly every 1-digit question. Eval is drawn
+    # first, so it keeps its natural share of 1-digit questions (training avoids them instead).
+    params = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}
+    train, evals = build_items(rg_cfg(3000, 200, ("chain_sum", 1.0, params)), seed=0)
+    one_digit = sum(e.entry["metadata"]["num_digits"] == 1 for e in evals) / len(evals)
+    assert 0.3 < one_digit < 0.7, one_digit
+    assert not {i.question for i in train} & {i.question for i in evals}
 
 
 def test_unknown_generator_suggests_close_names() -> None:

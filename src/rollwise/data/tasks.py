@@ -100,12 +100,26 @@ def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str
     )
 
 
-def _rg_train(task: TaskSpec, label: str, n: int, seed: int) -> list[PromptItem]:
-    ds = _rg_dataset(task, max(n, 1), _seed(seed, label, "train"))  # validates even when n == 0
-    return [_rg_item(task, label, "train", i, ds[i]) for i in range(n)]
+def _rg_train(task: TaskSpec, label: str, n: int, seed: int, exclude: set[str]) -> list[PromptItem]:
+    """n training items whose questions are not in `exclude` (the held-out questions)."""
+    budget = 2 * n + 200
+    ds = _rg_dataset(task, max(budget, 1), _seed(seed, label, "train"))  # validates even when n == 0
+    out: list[PromptItem] = []
+    for i in range(budget):
+        if len(out) == n:
+            break
+        item = _rg_item(task, label, "train", i, ds[i])
+        if item.question not in exclude:
+            out.append(item)
+    if len(out) < n:
+        log.warning("task '%s': only %d of %d training items avoid the held-out questions", label, len(out), n)
+    return out
 
 
 def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> list[PromptItem]:
+    """n held-out items with distinct questions, drawn first so that they are an unbiased
+    sample of the task (training then avoids them, not the other way round: excluding the
+    training questions would leave only the rare, usually harder ones for evaluation)."""
     if n == 0:
         return []
     budget = 20 * n + 200  # candidates tried before giving up on a small question space
@@ -119,11 +133,8 @@ def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> l
             if len(out) == n:
                 break
     if len(out) < n:
-        log.warning(
-            "task '%s': only %d of %d eval items are new questions not seen in training "
-            "(its question space is small); eval has %d from it",
-            label, len(out), n, len(out),
-        )
+        log.warning("task '%s': only %d of %d eval items have distinct questions (small question space)",
+                    label, len(out), n)
     return out
 
 
@@ -200,23 +211,26 @@ def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[Prom
     weights = [t.weight for t in cfg.tasks]
     n_train, n_eval = allocate(cfg.train_size, weights), allocate(cfg.eval_size, weights)
     labels = _labels(cfg.tasks)
-    train: list[PromptItem] = []
-    file_eval: dict[int, list[PromptItem]] = {}
+    file_parts: dict[int, tuple[list[PromptItem], list[PromptItem]]] = {}
     for k, task in enumerate(cfg.tasks):
         if task.path:
-            part, file_eval[k] = _file_split(task, labels[k], n_train[k], n_eval[k], seed)
-        else:
-            part = _rg_train(task, labels[k], n_train[k], seed)
-        train.extend(part)
-    seen = {item.question for item in train}
+            file_parts[k] = _file_split(task, labels[k], n_train[k], n_eval[k], seed)
+    # Held-out items first (an unbiased sample), then training items that avoid their questions.
+    seen: set[str] = set()
     evals: list[PromptItem] = []
     for k, task in enumerate(cfg.tasks):
         if task.path:
-            for it in file_eval[k]:
+            for it in file_parts[k][1]:
                 if it.question not in seen:
                     seen.add(it.question)
                     evals.append(it)
         else:
             evals.extend(_rg_eval(task, labels[k], n_eval[k], seed, seen))
+    train: list[PromptItem] = []
+    for k, task in enumerate(cfg.tasks):
+        if task.path:
+            train.extend(it for it in file_parts[k][0] if it.question not in seen)
+        else:
+            train.extend(_rg_train(task, labels[k], n_train[k], seed, seen))
     random.Random(_seed(seed, "order")).shuffle(train)
     return train, evals

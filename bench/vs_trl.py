@@ -110,6 +110,10 @@ def main() -> int:
         train_items, ev = build_items(cfg.data, seed)
         assert [e.uid for e in ev] == [e.uid for e in eval_items] or seed != args.seeds[0]
         t0 = time.perf_counter()
+        trl_dir, trl_times = run_trl(args, cfg, train_items, tok, seed, out)
+        trl_wall = time.perf_counter() - t0
+        trl_acc = score_model(trl_dir, cfg, eval_items, eval_ids, tok, runner)
+        t0 = time.perf_counter()
         res = train(cfg, quiet=True)
         rw_wall = time.perf_counter() - t0
         rw_times = [h["time/step_s"] for h in res.history]
@@ -118,10 +122,6 @@ def main() -> int:
         m = load_model(resolve_model_path(cfg.model.name_or_path))
         load_checkpoint(latest_checkpoint(res.run_dir), m)
         rw_acc = score_model(m, cfg, eval_items, eval_ids, tok, runner)
-        t0 = time.perf_counter()
-        trl_dir, trl_times = run_trl(args, cfg, train_items, tok, seed, out)
-        trl_wall = time.perf_counter() - t0
-        trl_acc = score_model(trl_dir, cfg, eval_items, eval_ids, tok, runner)
         r = {
             "rollwise_acc": rw_acc, "trl_acc": trl_acc,
             "rollwise_median_step_s": statistics.median(rw_times), "trl_median_step_s": statistics.median(trl_times),

@@ -73,3 +73,12 @@ def test_options_doc_is_in_sync():
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
     for key, default, desc in describe_fields():
         assert f"| `{key}` | `{default}` | {desc} |" in doc, f"docs/options.md is stale for {key}: run rollwise options --markdown"
+
+
+def test_shipped_configs_are_valid_and_default_yaml_matches_builtin():
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "configs"
+    for f in sorted(root.glob("*.yaml")):
+        load_config(f)
+    assert load_config(root / "default.yaml") == load_config()

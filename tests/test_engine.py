@@ -75,3 +75,21 @@ def test_chunked_logprobs_equal_full_logsoftmax_and_have_grad(tiny_model_dir):
     torch.testing.assert_close(ent[0, 0], ent_expect, atol=1e-5, rtol=1e-5)
     lp.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
+
+
+def test_finished_rows_leave_the_batch_without_changing_results(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    torch.manual_seed(1)
+    noisy = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        for p in noisy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    eng = HFEngine(noisy, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=8, seed=0)
+    prompts = [tok(s)["input_ids"] for s in ("1+1=", "22*3=", "a b c", "hello there", "9", "x=7;y=")]
+    limits = [2, 14, 5, 9, 3, 11]  # rows finish at different steps, so the batch shrinks several times
+    batched = eng.generate([GenerationRequest(p, n, greedy=True) for p, n in zip(prompts, limits)])
+    for p, n, out in zip(prompts, limits, batched):
+        single = eng.generate([GenerationRequest(p, n, greedy=True)])[0]
+        assert out.response_ids == single.response_ids
+        torch.testing.assert_close(torch.tensor(out.logprobs), torch.tensor(single.logprobs), atol=1e-4, rtol=1e-4)
+        assert len(out.response_ids) <= n

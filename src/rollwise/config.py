@@ -60,14 +60,15 @@ class TaskSpec(_Section):
 
 
 DEFAULT_TASKS: list[dict[str, Any]] = [
-    {"name": "chain_sum", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}},
-    {"name": "products", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}},
-    {"name": "basic_arithmetic", "weight": 1.0, "params": {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}},
-    {"name": "gcd", "weight": 1.0, "params": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 99}},
-    {"name": "lcm", "weight": 1.0, "params": {"min_numbers": 2, "max_numbers": 2, "min_value": 1, "max_value": 20}},
+    {"name": "chain_sum", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}},
+    {"name": "products", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}},
+    {"name": "basic_arithmetic", "params": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2,
+                                            "allow_negation": False, "allow_parentheses": False}},
+    {"name": "gcd", "params": {"min_value": 1, "max_value": 99}},
+    {"name": "lcm", "params": {"min_value": 1, "max_value": 20}},
 ]
 
-DEFAULT_INSTRUCTION = "Give only the final answer, as a number, with no explanation."
+DEFAULT_INSTRUCTION = ""
 
 
 class DataConfig(_Section):
@@ -77,7 +78,7 @@ class DataConfig(_Section):
     )
     train_size: int = Field(4000, gt=0, description="Procedural training items drawn from the mixture.")
     eval_size: int = Field(300, ge=0, description="Held-out evaluation items (never overlap training).")
-    instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to every question: the answer format.")
+    instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to every question (for example the answer format).")
     system_prompt: str | None = Field(None, description="Optional system message for chat models.")
     use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template.")
     max_prompt_length: int = Field(256, gt=0, description="Prompts longer than this (tokens) are dropped and counted.")
@@ -146,8 +147,11 @@ class AlgoConfig(_Section):
 
 
 class TrainConfig(_Section):
-    max_steps: int = Field(24, gt=0, description="Training steps (one step = one generated batch).")
-    learning_rate: float = Field(2e-5, gt=0, description="Peak AdamW learning rate.")
+    max_steps: int = Field(30, gt=0, description="Training steps (one step = one generated batch).")
+    max_rollout_tokens: int | None = Field(
+        None, gt=0, description="Also stop once this many response tokens were generated (a rollout budget)."
+    )
+    learning_rate: float = Field(3e-5, gt=0, description="Peak AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     adam_beta2: float = Field(0.99, ge=0, lt=1, description="AdamW beta2.")

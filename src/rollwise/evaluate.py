@@ -34,8 +34,12 @@ def evaluate(
     texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
     res = runner.score(texts, items)
     correct = [is_correct(p, primary) for p in res.parts]
+    by_task: dict[str, list[bool]] = {}
+    for it, c in zip(items, correct):
+        by_task.setdefault(it.task, []).append(c)
     metrics = {
         "eval/accuracy": sum(correct) / len(items),
+        **{f"eval/accuracy/{t}": sum(v) / len(v) for t, v in sorted(by_task.items())},
         "eval/reward_mean": sum(res.rewards) / len(items),
         "eval/items": float(len(items)),
         "eval/response_len_mean": sum(len(o.response_ids) for o in outs) / len(items),

@@ -76,6 +76,7 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
 
 def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
     # ---- seeding and threads: one seed drives data order, sampling and the planner
+    t_start = time.perf_counter()
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
     run_dir, cfg = prepare_run_dir(cfg, resume)
@@ -132,12 +133,15 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     max_eval_tokens = cfg.eval.max_completion_length or cfg.rollout.max_completion_length
 
     def run_eval(step: int) -> dict[str, float]:
+        te = time.perf_counter()
         m = evaluate(engine, eval_items, eval_ids, runner, primary, tokenizer, max_eval_tokens,
                      cfg.eval.pass_k, cfg.rollout.temperature, cfg.run.seed)
         if m:
+            m["time/eval_s"] = time.perf_counter() - te
             tracker.log(step, m)
         return m
 
+    tracker.log(start_step, {"time/setup_s": time.perf_counter() - t_start})
     if start_step == 0 and cfg.eval.at_start:
         result.eval_before = run_eval(0)
     if dropped:
@@ -145,6 +149,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
 
     # ---- the loop
     progress = StepProgress(cfg.train.max_steps, start_step, enabled=cfg.run.progress and not quiet)
+    last_step = start_step
     for step in range(start_step, cfg.train.max_steps):
         t0 = time.perf_counter()
         # plan -> generate -> reward, as many rounds as the planner asks for
@@ -227,7 +232,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         progress.update(step + 1, metrics)
 
         # evaluation and checkpoints
-        done = step + 1 == cfg.train.max_steps
+        budget_spent = cfg.train.max_rollout_tokens is not None and totals["tokens"] >= cfg.train.max_rollout_tokens
+        done = step + 1 == cfg.train.max_steps or budget_spent
         if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
             progress.update(step + 1, {**metrics, **run_eval(step + 1)})
         if done or (cfg.run.save_every and (step + 1) % cfg.run.save_every == 0):
@@ -235,9 +241,12 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
                             {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()},
                             {"planner": planner.state_dict(), "engine": engine.state_dict(), "replay_bank": replay_bank,
                              "totals": totals}, cfg.run.keep_checkpoints)
+        if done:
+            last_step = step + 1
+            break
     progress.close()
-    if cfg.eval.at_end and start_step < cfg.train.max_steps:
-        result.eval_after = run_eval(cfg.train.max_steps)
+    if cfg.eval.at_end and last_step > start_step:
+        result.eval_after = run_eval(last_step)
     tracker.close()
     runner.close()
     if not quiet:

@@ -130,32 +130,40 @@ class HFEngine:
 
         past = None
         step_ids, step_pos, step_attn = ids, pos, attn
+        rows = torch.arange(B)  # original row of each row still in the batch
         for t in range(max_new):
             kwargs = {self._cache_arg: past} if past is not None else {}
             outp = self.model(input_ids=step_ids, attention_mask=step_attn, position_ids=step_pos,
                               use_cache=True, logits_to_keep=1, **kwargs)
             past = getattr(outp, self._cache_arg)
-            logits = outp.logits[:, -1, :].float() / temps  # [B, V]
-            logprobs_full = torch.log_softmax(logits, dim=-1)  # [B, V]
-            if bool(greedy.all()):
+            logits = outp.logits[:, -1, :].float() / temps[rows]  # [b, V]
+            logprobs_full = torch.log_softmax(logits, dim=-1)  # [b, V]
+            g = greedy[rows]
+            if bool(g.all()):
                 nxt = logits.argmax(-1)
             else:
                 filtered = _filter_logits(logits, self.top_k, self.top_p)
-                sampled = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(1)  # [B]
-                nxt = torch.where(greedy, logits.argmax(-1), sampled)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad), nxt)
-            active = ~done
-            tokens[:, t] = nxt
-            logps[:, t] = logprobs_full.gather(1, nxt.unsqueeze(1)).squeeze(1)
-            lengths += active.long()
+                sampled = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(1)  # [b]
+                nxt = torch.where(g, logits.argmax(-1), sampled)
+            active = ~done[rows]  # [b]
+            nxt = torch.where(active, nxt, torch.full_like(nxt, self.pad))
+            tokens[rows, t] = nxt
+            logps[rows, t] = logprobs_full.gather(1, nxt.unsqueeze(1)).squeeze(1)
+            lengths[rows] += active.long()
             is_eos = torch.isin(nxt, eos) & active
-            stopped |= is_eos
-            done |= is_eos | (lengths >= limits)
+            stopped[rows] |= is_eos
+            done[rows] |= is_eos | (lengths[rows] >= limits[rows])
             if bool(done.all()):
                 break
-            step_ids = nxt.unsqueeze(1)  # [B, 1]
-            step_attn = torch.cat([step_attn, torch.ones((B, 1), dtype=torch.long)], dim=1)
+            step_ids = nxt.unsqueeze(1)  # [b, 1]
+            step_attn = torch.cat([step_attn, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
             step_pos = step_pos[:, -1:] + 1
+            # Finished rows leave the batch once a quarter of it is done: decode cost follows
+            # the sequences still running instead of the longest one.
+            keep = (~done[rows]).nonzero().squeeze(1)
+            if keep.numel() <= 0.75 * len(rows) and hasattr(past, "batch_select_indices"):
+                past.batch_select_indices(keep)
+                rows, step_ids, step_attn, step_pos = rows[keep], step_ids[keep], step_attn[keep], step_pos[keep]
 
         outs = []
         for b in range(B):

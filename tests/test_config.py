@@ -72,7 +72,7 @@ def test_options_doc_is_in_sync():
 
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
     for key, default, desc in describe_fields():
-        assert f"| `{key}` | `{default}` | {desc} |" in doc, f"docs/options.md is stale for {key}: run rollwise options --markdown"
+        assert f"| `{key}` | `{default}` | {desc} |" in doc, f"docs/options.md is stale for {key}: run make docs"
 
 
 def test_shipped_configs_are_valid_and_default_yaml_matches_builtin():

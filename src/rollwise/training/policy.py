@@ -16,10 +16,9 @@ import torch
 
 from rollwise import algos
 from rollwise.config import Config
+from rollwise.models import DTYPES
 from rollwise.training.logprobs import pack, response_logprobs
 from rollwise.types import Sample
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def lr_lambda(warmup: int, total: int, kind: str):

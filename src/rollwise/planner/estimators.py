@@ -16,13 +16,14 @@ keep numpy arrays, so a whole candidate pool is scored in one call.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 
-class Estimator:
+class Estimator(ABC):
     """Base: subclasses provide update/mean/count and their state."""
 
     name = "base"
@@ -30,15 +31,17 @@ class Estimator:
     def __init__(self, size: int):
         self.size = size
 
+    @abstractmethod
     def update(self, idx: int, successes: int, n: int) -> None:
-        raise NotImplementedError
+        """Subclasses implement this."""
 
+    @abstractmethod
     def mean(self, idx: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Subclasses implement this."""
 
+    @abstractmethod
     def count(self, idx: np.ndarray) -> np.ndarray:
         """Rewards observed (after decay, for posteriors) per prompt."""
-        raise NotImplementedError
 
     def pseudo_counts(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, beta) of a Beta belief; non-Bayesian estimators use 1 + successes, 1 + failures."""
@@ -54,14 +57,16 @@ class Estimator:
         """E[f(p)] under each prompt's belief (Monte Carlo over 32 draws; grids are exact)."""
         return np.mean([f(self.sample(idx, rng)) for _ in range(32)], axis=0)
 
-    def after_step(self) -> None:
+    def after_step(self) -> None:  # noqa: B027 - optional hook, most estimators need nothing
         """Called once per step after the step's updates."""
 
+    @abstractmethod
     def state_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Subclasses implement this."""
 
+    @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Subclasses implement this."""
 
 
 class BetaEstimator(Estimator):

@@ -102,3 +102,23 @@ def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
     lines = _train_lines(tmp_path / "lora")
     assert all("loss/kl" in r for r in lines)
     assert main(["eval", str(tmp_path / "lora")]) == 0
+
+
+def test_killed_run_resumes_without_duplicate_or_lost_steps(tiny_model_dir, tmp_path, monkeypatch):
+    import rollwise.loop as loop
+
+    quiet = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "ref", 4, quiet)]) == 0
+    real_save = loop.save_checkpoint
+
+    def dying_save(run_dir, step, *a, **kw):
+        if step == 3:  # killed after step 3 was logged, before its checkpoint landed
+            raise KeyboardInterrupt
+        return real_save(run_dir, step, *a, **kw)
+
+    monkeypatch.setattr(loop, "save_checkpoint", dying_save)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "killed", 3, quiet)]) == 130
+    assert [r["step"] for r in _train_lines(tmp_path / "killed")] == [1, 2, 3]
+    monkeypatch.setattr(loop, "save_checkpoint", real_save)
+    assert main(["train", "--resume", str(tmp_path / "killed"), "train.max_steps=4"]) == 0
+    assert _train_lines(tmp_path / "killed") == _train_lines(tmp_path / "ref")

@@ -112,12 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("options", help="list every config key with its default and meaning")
     o.add_argument("--markdown", action="store_true", help="print a Markdown table")
     o.set_defaults(func=cmd_options)
-    try:
-        from rollwise.sim.command import register
-    except ImportError:
-        pass
-    else:
-        register(sub)
+    from rollwise.sim.command import register
+
+    register(sub)
     return p
 
 

@@ -29,7 +29,7 @@ def _get_kv(cache: Any) -> KV:
     """Per-layer tensors of a transformers cache, old (key_cache lists) or new (layers) layout."""
     if hasattr(cache, "layers"):
         if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-            raise NotImplementedError("continuous engine: sliding-window cache layers are not supported")
+            raise ValueError("continuous engine: models with sliding-window attention caches are not supported; use the hf engine")
         return [(layer.keys, layer.values) for layer in cache.layers]
     return list(zip(cache.key_cache, cache.value_cache))
 

@@ -47,7 +47,7 @@ class Allocator:
         return []
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
-        pass
+        """Hook after each step; fixed allocators keep no state."""
 
     def _track_cost(self, st: StepState) -> None:
         if st.groups:

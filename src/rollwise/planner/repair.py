@@ -23,13 +23,13 @@ class NoRepair:
         return []
 
     def after_step(self, st: StepState) -> None:
-        pass
+        """Hook after each step; no repair keeps no state."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Nothing to restore."""
 
 
 class ReplayRepair(NoRepair):

@@ -39,7 +39,7 @@ class Selector:
         return list(st.groups)
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
-        pass
+        """Hook after each step; the plain selector keeps no state."""
 
     def metrics(self) -> dict[str, float]:
         return {}
@@ -48,7 +48,7 @@ class Selector:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        pass
+        """Nothing to restore."""
 
 
 AllSelector = Selector

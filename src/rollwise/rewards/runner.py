@@ -10,6 +10,7 @@ reward function does stops the run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -113,10 +114,8 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
 
 
 def _stop(proc: Any, conn: Connection) -> None:
-    try:
+    with contextlib.suppress(OSError):
         conn.close()
-    except OSError:
-        pass
     if proc.is_alive():
         proc.kill()
     proc.join(timeout=5)
@@ -188,10 +187,8 @@ class RewardRunner:
     def close(self) -> None:
         """Stop the worker (a later `score` starts a new one)."""
         if self._conn is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.send(("stop",))
-            except OSError:
-                pass
             if self._proc is not None:
                 self._proc.join(timeout=2)
         self._kill()

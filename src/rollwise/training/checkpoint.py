@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 
 class CheckpointError(RuntimeError):
-    pass
+    """A checkpoint could not be written or does not match the model; the message says why."""
 
 
 def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

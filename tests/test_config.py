@@ -82,3 +82,25 @@ def test_shipped_configs_are_valid_and_default_yaml_matches_builtin():
     for f in sorted(root.glob("*.yaml")):
         load_config(f)
     assert load_config(root / "default.yaml") == load_config()
+
+
+def test_offpolicy_correction_is_validated_against_the_registry():
+    from typing import get_args
+
+    from rollwise.algos import OFFPOLICY_CORRECTIONS
+    from rollwise.config import AlgoConfig
+
+    names = get_args(AlgoConfig.model_fields["offpolicy_correction"].annotation)
+    assert set(names) == set(OFFPOLICY_CORRECTIONS)  # the config offers exactly what the trainer can look up
+    assert load_config().algo.offpolicy_correction == "recompute"
+    cfg = load_config(None, ["algo.offpolicy_correction=icepop", "algo.icepop_low=0.25", "algo.icepop_high=4"])
+    assert (cfg.algo.offpolicy_correction, cfg.algo.icepop_low, cfg.algo.icepop_high) == ("icepop", 0.25, 4.0)
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algo.offpolicy_correction=importance_sampling"])
+    msg = str(e.value)
+    assert "algo.offpolicy_correction" in msg and "'importance_sampling'" in msg
+    assert all(f"'{n}'" in msg for n in OFFPOLICY_CORRECTIONS), msg  # the allowed names are listed
+    with pytest.raises(ConfigError, match="algo.tis_cap"):
+        load_config(None, ["algo.tis_cap=0"])
+    with pytest.raises(ConfigError, match="icepop_low"):
+        load_config(None, ["algo.icepop_low=3"])  # above the default high of 2

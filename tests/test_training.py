@@ -1,7 +1,14 @@
-import torch
+import copy
+import math
 
+import pytest
+import torch
+from torch.testing import assert_close
+
+from rollwise.algos import OFFPOLICY_CORRECTIONS, aggregate_loss, ppo_clip_loss
 from rollwise.config import load_config
 from rollwise.models import load_model
+from rollwise.training.logprobs import pack, response_logprobs
 from rollwise.training.policy import PolicyTrainer, lr_lambda
 from rollwise.types import Sample
 
@@ -20,14 +27,14 @@ def _samples(seed=0):
     return out
 
 
-def _grads(model_dir, overrides):
+def _grads(model_dir, overrides, samples=None):
     cfg = load_config(None, ["model.dtype=float32", "train.micro_batch_size=2", *overrides])
     torch.manual_seed(0)
     model = load_model(str(model_dir))
     tr = PolicyTrainer(cfg, model, pad_id=0)
     captured = []
     tr.optimizer.step = lambda: captured.append({n: p.grad.clone() for n, p in model.named_parameters()})
-    samples = _samples()
+    samples = _samples() if samples is None else samples
     tr.compute_advantages(samples)
     m = tr.update(samples)
     return captured[0], m, samples
@@ -71,3 +78,171 @@ def test_lr_schedule():
     c = lr_lambda(0, 10, "cosine")
     assert abs(c(5) - 0.5) < 1e-9 and abs(c(0) - 1.0) < 1e-9
     assert lr_lambda(0, 10, "constant")(7) == 1.0
+
+
+# ---------------------------------------------------------------- off-policy corrections
+
+NO_CLIP = "train.max_grad_norm=1e9"  # the captured gradients are taken after clipping: keep it out of the way
+
+
+def _reference(model_dir, samples, keep_fn, loss_type="dapo", num_tokens=None):
+    """The plain on-policy PPO loss and gradient written out with the library pieces, on one batch
+    of every trained row (sorted like the trainer sorts them); keep_fn(sample) -> 0/1 per token."""
+    torch.manual_seed(0)
+    model = load_model(str(model_dir))
+    model.train()
+    rows = sorted((s for s in samples if not s.stop_gradient), key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+    batch = pack([s.prompt_ids for s in rows], [s.response_ids for s in rows], 0)
+    keep = torch.zeros_like(batch.response_mask)  # [B, R]
+    for b, s in enumerate(rows):
+        keep[b, : len(s.response_ids)] = torch.tensor(keep_fn(s), dtype=torch.float32)
+    logp, _ = response_logprobs(model, batch, 1.0, 1024)  # [B, R]
+    adv = torch.tensor([s.advantage for s in rows])
+    per_tok, _ = ppo_clip_loss(logp, logp.detach(), adv, keep, epsilon=0.2, epsilon_high=0.2)
+    num_tokens = keep.sum() if num_tokens is None else num_tokens
+    loss = aggregate_loss(per_tok, keep, loss_type, max_completion_length=48, num_tokens=num_tokens,
+                          num_sequences=len(rows))
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, float(loss.detach())
+
+
+@torch.no_grad()
+def _recomputed_logprobs(model_dir, samples):
+    """What the trainer's own weights give for each response token, one sample at a time."""
+    model = load_model(str(model_dir))
+    out = []
+    for s in samples:
+        lp, _ = response_logprobs(model, pack([s.prompt_ids], [s.response_ids], 0))
+        out.append(lp[0, : len(s.response_ids)].tolist())
+    return out
+
+
+def test_recompute_is_the_plain_on_policy_loss_bit_for_bit(tiny_model_dir):
+    samples = _samples()
+    for s in samples:  # behaviour log-probs far from the model's: recompute must not read them
+        s.behaviour_logprobs = [-0.5] * len(s.response_ids)
+    g, m, samples = _grads(tiny_model_dir, ["train.micro_batch_size=16", "train.skip_zero_advantage=false", NO_CLIP],
+                           samples)
+    g_ref, loss_ref = _reference(tiny_model_dir, samples, lambda s: [1.0] * len(s.response_ids))
+    assert m["loss/policy"] == loss_ref
+    for n in g_ref:
+        assert torch.equal(g[n], g_ref[n]), n
+    assert m["offpolicy/kept_frac"] == 1.0 and m["offpolicy/weight_mean"] == 1.0
+    assert m["offpolicy/behaviour_kl"] > 3.0  # logged: mean of -0.5 - logp, and logp is about -4.6 here
+
+
+def test_tis_weights_the_policy_gradient_by_the_capped_ratio(tiny_model_dir):
+    exact = _recomputed_logprobs(tiny_model_dir, _samples())
+    g_rec, m_rec, _ = _grads(tiny_model_dir, [NO_CLIP, "algo.offpolicy_correction=recompute"])
+
+    def run(shift, extra=()):
+        samples = _samples()
+        for s, lp in zip(samples, exact):
+            s.behaviour_logprobs = [x - shift for x in lp]
+        return _grads(tiny_model_dir, [NO_CLIP, "algo.offpolicy_correction=tis", *extra], samples)
+
+    # behaviour = the recomputed log-probs: weights 1, the loss and gradient of recompute
+    g, m, _ = run(0.0)
+    assert_close(torch.tensor(m["loss/policy"]), torch.tensor(m_rec["loss/policy"]), rtol=1e-5, atol=1e-7)
+    for n in g_rec:
+        assert_close(g[n], g_rec[n], rtol=1e-4, atol=1e-7, msg=n)
+    assert abs(m["offpolicy/weight_mean"] - 1.0) < 1e-5 and abs(m["offpolicy/behaviour_kl"]) < 1e-5
+    # behaviour 1.5x less likely than the proximal policy on every token: weights 1.5 (< C = 2), so at
+    # iteration 0 (ratio 1) the gradient is exactly 1.5x recompute's; a correction left unused gives 1x
+    g, m, _ = run(math.log(1.5))
+    assert_close(torch.tensor(m["loss/policy"]), 1.5 * torch.tensor(m_rec["loss/policy"]), rtol=1e-4, atol=1e-7)
+    for n in g_rec:
+        assert_close(g[n], 1.5 * g_rec[n], rtol=1e-4, atol=1e-7, msg=n)
+    assert abs(m["offpolicy/weight_mean"] - 1.5) < 1e-4 and m["offpolicy/clip_frac"] == 0.0
+    # 3x less likely: every weight is capped, at C = 2 by default, at 2.5 when tis_cap says so
+    for cap_args, cap in (((), 2.0), (("algo.tis_cap=2.5",), 2.5)):
+        g, m, _ = run(math.log(3.0), cap_args)
+        for n in g_rec:
+            assert_close(g[n], cap * g_rec[n], rtol=1e-4, atol=1e-7, msg=n)
+        assert m["offpolicy/clip_frac"] == 1.0 and abs(m["offpolicy/weight_mean"] - cap) < 1e-6
+
+
+def _resumed_samples():
+    """The fixture batch as partial rollouts: the first half of each response (rounded down) came
+    from policy version 3, the rest from version 4; plus a replayed stop-gradient response."""
+    samples = _samples()
+    for s in samples:
+        n = len(s.response_ids)
+        s.versions = [3] * (n // 2) + [4] * (n - n // 2)
+    s0 = samples[0]
+    samples.append(Sample(s0.prompt_uid, 0, s0.prompt_ids, [5, 6, 7], [-1.0] * 3, [-1] * 3, "stop", reward=1.0,
+                          stop_gradient=True))
+    return samples
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_mask_resumed_trains_only_on_the_newest_versions_tokens(tiny_model_dir, loss_type):
+    ov = [NO_CLIP, f"algo.loss_type={loss_type}"]
+    g, m, samples = _grads(tiny_model_dir, [*ov, "algo.offpolicy_correction=mask_resumed"], _resumed_samples())
+    newest = lambda s: [1.0 if v == max(s.versions) else 0.0 for v in s.versions]  # noqa: E731
+    g_ref, loss_ref = _reference(tiny_model_dir, samples, newest, loss_type)
+    assert any(v.abs().sum() > 0 for v in g_ref.values())
+    assert_close(torch.tensor(m["loss/policy"]), torch.tensor(loss_ref), rtol=1e-5, atol=1e-7)
+    for n in g_ref:
+        assert_close(g[n], g_ref[n], rtol=1e-4, atol=1e-7, msg=n)
+    # the same batch without the correction trains on the prefixes too, and differs
+    g_rec, _, _ = _grads(tiny_model_dir, ov, _resumed_samples())
+    assert any(not torch.allclose(g_rec[n], g_ref[n], rtol=1e-3, atol=1e-6) for n in g_ref)
+    # metrics cover the forwarded rows, like the loss metrics (zero-advantage rows are skipped)
+    trained = [s for s in samples if not s.stop_gradient and s.advantage != 0]
+    resumed = sum(len(s.response_ids) // 2 for s in trained) / sum(len(s.response_ids) for s in trained)
+    assert 0 < resumed < 1
+    assert abs(m["offpolicy/resumed_frac"] - resumed) < 1e-6 and abs(m["offpolicy/kept_frac"] - (1 - resumed)) < 1e-6
+
+
+def test_icepop_masks_by_ratio_and_keeps_the_unmasked_normaliser(tiny_model_dir):
+    exact = _recomputed_logprobs(tiny_model_dir, _samples())
+
+    def samples():  # odd tokens: behaviour e times less likely than the proximal policy, outside [0.5, 2]
+        out = _samples()
+        for s, lp in zip(out, exact):
+            s.behaviour_logprobs = [x - (t % 2) for t, x in enumerate(lp)]
+        return out
+
+    ov = [NO_CLIP, "algo.offpolicy_correction=icepop"]
+    g, m, trained = _grads(tiny_model_dir, ov, samples())
+    even = lambda s: [float(t % 2 == 0) for t in range(len(s.response_ids))]  # noqa: E731
+    all_tokens = sum(len(s.response_ids) for s in trained)
+    g_ref, loss_ref = _reference(tiny_model_dir, trained, even, num_tokens=all_tokens)  # documented choice
+    assert_close(torch.tensor(m["loss/policy"]), torch.tensor(loss_ref), rtol=1e-5, atol=1e-7)
+    for n in g_ref:
+        assert_close(g[n], g_ref[n], rtol=1e-4, atol=1e-7, msg=n)
+    assert 0 < m["offpolicy/masked_frac"] < 1
+    g_all, _, _ = _grads(tiny_model_dir, [*ov, "train.skip_zero_advantage=false"], samples())
+    for n in g_ref:
+        assert_close(g_all[n], g[n], rtol=1e-4, atol=1e-7, msg=n)
+
+
+def test_every_correction_runs_and_logs_its_metrics(tiny_model_dir):
+    # the fixture's behaviour log-probs are 0 (probability 1): ratios pi_prox / pi_behav are the model's
+    # probabilities, ~1/99, far outside IcePop's band and M2PO's trust region
+    kept = {}
+    for name in OFFPOLICY_CORRECTIONS:
+        g, m, _ = _grads(tiny_model_dir, [f"algo.offpolicy_correction={name}", "algo.num_iterations=2"],
+                         _resumed_samples())
+        assert math.isfinite(m["loss/policy"]) and all(torch.isfinite(v).all() for v in g.values()), name
+        assert {"offpolicy/kept_frac", "offpolicy/weight_mean", "offpolicy/behaviour_kl"} <= m.keys(), name
+        kept[name] = m["offpolicy/kept_frac"]
+    assert kept["recompute"] == kept["tis"] == kept["decoupled"] == 1.0
+    assert 0 < kept["mask_resumed"] < 1
+    assert kept["m2po"] < 0.2  # at least one token is always kept
+    # IcePop's default band [0.5, 2] drops every token here: nothing is trained
+    assert kept["icepop"] == 0.0
+    g, m, _ = _grads(tiny_model_dir, ["algo.offpolicy_correction=icepop"])
+    assert m["offpolicy/masked_frac"] == 1.0 and m["loss/policy"] == 0.0 and all(v.abs().sum() == 0 for v in g.values())
+    # a band widened to [1e-6, 2] keeps them all, weighted by their (small) ratios
+    g, m, _ = _grads(tiny_model_dir, ["algo.offpolicy_correction=icepop", "algo.icepop_low=1e-6"])
+    assert m["offpolicy/kept_frac"] == 1.0 and m["offpolicy/weight_mean"] < 0.1
+    assert any(v.abs().sum() > 0 for v in g.values())
+
+
+def test_behaviour_logprobs_must_match_the_response(tiny_model_dir):
+    samples = _samples()
+    samples[2].behaviour_logprobs = samples[2].behaviour_logprobs[:-1]
+    with pytest.raises(ValueError, match="behaviour log-probs"):
+        _grads(tiny_model_dir, [], copy.deepcopy(samples))

@@ -144,6 +144,25 @@ class AlgoConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
     mask_truncated_completions: bool = Field(False, description="Exclude samples cut at max_completion_length from the loss.")
     num_iterations: int = Field(1, gt=0, description="Clipped updates per generated batch (PPO epochs, TRL's mu).")
+    offpolicy_correction: Literal["recompute", "mask_resumed", "tis", "decoupled", "m2po", "icepop"] = Field(
+        "recompute", description="Off-policy correction against the engine's behaviour log-probs: recompute "
+        "(treat every token as on-policy), mask_resumed (train only on tokens of the newest version in each "
+        "sample), tis (truncated importance weights), decoupled (AReaL's decoupled PPO), m2po (second-moment "
+        "masking; pair it with wide clip ranges), icepop (mask tokens whose ratio leaves a band)."
+    )
+    tis_cap: float = Field(2.0, gt=0, description="tis: cap C on the importance weight min(pi_prox / pi_behav, C).")
+    decoupled_cap: float | None = Field(
+        None, gt=0, description="decoupled: cap on the weight pi_prox / pi_behav (None = uncapped, as in AReaL)."
+    )
+    m2po_tau: float = Field(
+        0.04, ge=0, description="m2po: keep the most tokens whose mean squared log-ratio to the behaviour "
+        "policy stays <= tau (per micro-batch)."
+    )
+    icepop_low: float = Field(0.5, gt=0, description="icepop: mask tokens with pi_prox / pi_behav below this.")
+    icepop_high: float = Field(2.0, gt=0, description="icepop: mask tokens with pi_prox / pi_behav above this.")
+    icepop_weighted: bool = Field(
+        True, description="icepop: weight kept tokens by pi_prox / pi_behav (false: a pure mask)."
+    )
 
 
 class TrainConfig(_Section):
@@ -283,6 +302,8 @@ class Config(_Section):
         a = self.algo
         if a.epsilon_high is not None and a.epsilon_high < a.epsilon:
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
+        if a.icepop_low > a.icepop_high:
+            raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
         return self
 
 

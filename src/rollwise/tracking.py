@@ -1,5 +1,5 @@
 """Metrics go to `metrics.jsonl` (one line per step or evaluation) and to TensorBoard,
-under namespaces that say what they are: rollout/, planner/, loss/, train/, eval/, time/."""
+under namespaces that say what they are: rollout/, planner/, loss/, offpolicy/, train/, eval/, time/."""
 
 from __future__ import annotations
 

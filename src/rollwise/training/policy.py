@@ -4,6 +4,14 @@ Zero-gradient samples cost nothing: a sample whose advantage is exactly 0 adds n
 the policy loss or its gradient, so when no other term needs it (beta = 0, no entropy bonus)
 it is never forwarded. The normalisers (token and sequence counts) still count it, so the
 loss and the gradient are exactly those of the whole batch.
+
+Off-policy correction (`algo.offpolicy_correction`, see `rollwise.algos.offpolicy`). Three
+policies meet: the behaviour policy (the engine's per-token log-probs `Sample.behaviour_logprobs`,
+possibly from older weight versions and always from another kernel and dtype), the proximal
+policy (these weights at the start of the update: the log-probs recomputed at iteration 0)
+and the current policy. Per micro-batch the correction gives the PPO denominator, a per-token
+weight on the policy-gradient term and the final loss mask; the default `recompute` uses the
+recomputed log-probs as the denominator with weight 1 and changes nothing else.
 """
 
 from __future__ import annotations
@@ -36,7 +44,46 @@ def lr_lambda(warmup: int, total: int, kind: str):
 @dataclass
 class _Row:
     sample: Sample
-    mask_len: int  # tokens that enter the loss (0 if masked out as truncated)
+    mask_len: int  # tokens counted in the loss normaliser (0 if masked out as truncated)
+    resumed: list[bool]  # per response token: produced by an older version than the sample's newest
+
+
+def _resumed_tokens(s: Sample) -> list[bool]:
+    """Flag the tokens of a resumed prefix (a policy version older than the sample's newest).
+
+    Raises:
+        ValueError: `behaviour_logprobs` or `versions` do not have one entry per response token.
+    """
+    n = s.num_response_tokens
+    if len(s.behaviour_logprobs) != n or len(s.versions) != n:
+        raise ValueError(
+            f"sample of prompt {s.prompt_uid!r} has {n} response tokens but {len(s.behaviour_logprobs)} "
+            f"behaviour log-probs and {len(s.versions)} versions; the engine must return one of each per token"
+        )
+    newest = max(s.versions, default=0)
+    return [v < newest for v in s.versions]
+
+
+def _behaviour_tensors(rows: list[_Row], R: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(behaviour log-probs [b, R], resumed mask [b, R]), right-padded with 0 like `pack` pads responses."""
+    behaviour = torch.zeros((len(rows), R), dtype=torch.float32)
+    resumed = torch.zeros((len(rows), R), dtype=torch.float32)
+    for b, r in enumerate(rows):
+        n = r.sample.num_response_tokens
+        if n:
+            behaviour[b, :n] = torch.tensor(r.sample.behaviour_logprobs, dtype=torch.float32)
+            resumed[b, :n] = torch.tensor(r.resumed, dtype=torch.float32)
+    return behaviour, resumed
+
+
+def _correction_options(a) -> dict:
+    """The keyword options of `a.offpolicy_correction`, from the algo config."""
+    return {
+        "tis": {"cap": a.tis_cap},
+        "decoupled": {"cap": a.decoupled_cap},
+        "m2po": {"tau": a.m2po_tau},
+        "icepop": {"low": a.icepop_low, "high": a.icepop_high, "weighted": a.icepop_weighted},
+    }.get(a.offpolicy_correction, {})
 
 
 class PolicyTrainer:
@@ -91,10 +138,23 @@ class PolicyTrainer:
         cfg, a = self.cfg, self.cfg.algo
         rows = []
         for s in samples:
-            if s.stop_gradient:
+            if s.stop_gradient:  # replayed responses (versions -1) never reach the loss
                 continue
+            resumed = _resumed_tokens(s)
             masked = a.mask_truncated_completions and s.finish_reason == "length"
-            rows.append(_Row(s, 0 if masked else s.num_response_tokens))
+            n = 0 if masked else s.num_response_tokens
+            if n and a.offpolicy_correction == "mask_resumed":
+                # known before any forward, so the normaliser counts only the trained tokens
+                # (at least the newest version's tokens remain: the row never becomes empty)
+                n -= sum(resumed)
+            rows.append(_Row(s, n, resumed))
+        # Normalisers. A correction that masks tokens by their log-probs (icepop, m2po) only
+        # knows its mask after the forward, and rows skipped for a zero advantage are never
+        # forwarded: those tokens stay in num_tokens (the loss is the kept tokens' sum over the
+        # unmasked count, about offpolicy/kept_frac times their mean). That keeps one forward per
+        # micro-batch, and icepop's gradient is the same whether zero-advantage rows are skipped
+        # or not (m2po's mask depends on which rows share its micro-batch in any case). Per-row
+        # means ("grpo") use the kept tokens of each row; "dr_grpo" divides by a constant anyway.
         num_sequences = len(rows)
         num_tokens = sum(r.mask_len for r in rows)
         needs_all = a.beta > 0 or a.entropy_coef > 0 or not cfg.train.skip_zero_advantage
@@ -103,10 +163,13 @@ class PolicyTrainer:
         mb = cfg.train.micro_batch_size
         micro = [active[i : i + mb] for i in range(0, len(active), mb)]
         loss_fn = algos.get_policy_loss(a.policy_loss)
+        correct = algos.get_offpolicy_correction(a.offpolicy_correction)
+        correct_opts = _correction_options(a)
         eps_high = a.epsilon_high if a.epsilon_high is not None else a.epsilon
         old: dict[int, torch.Tensor] = {}
         sums: dict[str, float] = {}
-        tok_w = 0.0
+        off_sums: dict[str, float] = {}
+        tok_w = in_w = 0.0
         self.model.train()
         for it in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -122,31 +185,41 @@ class PolicyTrainer:
                         self.model, batch, cfg.rollout.temperature, cfg.train.logprob_chunk, a.entropy_coef > 0
                     )  # [b, R]
                 if it == 0:
-                    old[mi] = logp.detach()
+                    old[mi] = logp.detach()  # proximal log-probs: the weights at the start of the update
+                behaviour, resumed = _behaviour_tensors(rws, logp.shape[1])  # [b, R], [b, R]
+                c = correct(logp, behaviour, mask, resumed, old[mi], **correct_opts)
+                keep = c.mask  # [b, R]; the input mask minus the tokens the correction drops
                 adv = torch.tensor([r.sample.advantage for r in rws], dtype=torch.float32)  # [b]
                 kwargs = {"epsilon": a.epsilon, "epsilon_high": eps_high}
                 if a.policy_loss == "ppo_clip":
                     kwargs["dual_clip"] = a.dual_clip
-                per_tok, m = loss_fn(logp, old[mi], adv, mask, **kwargs)  # [b, R]
+                per_tok, m = loss_fn(logp, c.old_logp, adv, keep, **kwargs)  # [b, R]
+                # the importance weight corrects the policy-gradient term only (as slime's TIS
+                # and AReaL's decoupled loss do); KL and entropy terms are masked but not weighted
+                per_tok = per_tok * c.weight
                 if a.beta > 0:
                     ref = self._ref_logprobs(batch)
                     kl = algos.kl_penalty(logp, ref, a.kl_estimator)  # [b, R]
                     per_tok = per_tok + a.beta * kl
-                    m = {**m, "kl": algos.masked_mean(kl.detach(), mask)}
+                    m = {**m, "kl": algos.masked_mean(kl.detach(), keep)}
                 if a.entropy_coef > 0:
                     per_tok = per_tok - a.entropy_coef * ent
-                    m = {**m, "entropy": algos.masked_mean(ent.detach(), mask)}
+                    m = {**m, "entropy": algos.masked_mean(ent.detach(), keep)}
                 loss = algos.aggregate_loss(
-                    per_tok, mask, a.loss_type, max_completion_length=cfg.rollout.max_completion_length,
+                    per_tok, keep, a.loss_type, max_completion_length=cfg.rollout.max_completion_length,
                     num_tokens=num_tokens, num_sequences=num_sequences,
                 )
                 loss.backward()
                 total_loss += float(loss.detach())
                 if it == a.num_iterations - 1:
-                    w = float(mask.sum())
+                    w = float(keep.sum())  # loss metrics are means over trained tokens
                     tok_w += w
                     for k, v in m.items():
                         sums[k] = sums.get(k, 0.0) + float(v) * w
+                    w_in = float(mask.sum())  # correction metrics are per input token
+                    in_w += w_in
+                    for k, v in c.metrics.items():
+                        off_sums[k] = off_sums.get(k, 0.0) + float(v) * w_in
             if not micro:  # nothing to forward: the true gradient is exactly zero, the step still happens
                 for p in self.model.parameters():
                     if p.requires_grad:
@@ -158,6 +231,8 @@ class PolicyTrainer:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         out = {f"loss/{k}": v / tok_w for k, v in sums.items()} if tok_w else {}
+        if in_w:
+            out.update({f"offpolicy/{k}": v / in_w for k, v in off_sums.items()})
         out.update({
             "loss/policy": total_loss,
             "train/grad_norm": float(grad_norm) if micro else 0.0,

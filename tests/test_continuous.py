@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rollwise.engine import GenerationOutput, GenerationRequest, HFEngine
-from rollwise.engine.continuous import ContinuousEngine, _Row, _SlotBatch, peak_decode_throughput
+from rollwise.engine.continuous import ContinuousEngine, _Row, _Slots, peak_decode_throughput
 from rollwise.models import load_model, load_tokenizer
 from rollwise.training.logprobs import pack, response_logprobs
 
@@ -171,23 +171,32 @@ def test_sampling_is_seeded_and_rng_state_round_trips(setup):
     assert [o.response_ids for o in eng.generate(reqs)] == first and first == runs[0] and second != first
 
 
-def test_slot_batch_compacts_leading_padding():
-    b = _SlotBatch()
-
-    class _Cache:
-        def __init__(self, k):
-            self.key_cache, self.value_cache = [k], [k.clone()]
+def test_slots_layout_reuse_and_compaction():
+    """Rows are left-padded to one write column; a freed slot takes the last row; growth trims padding."""
+    def kv(L, val):  # one layer, 2 heads, head dim 4
+        t = torch.full((2, L, 4), float(val))
+        return [(t, t.clone())]
 
     def rows(n):
         return [_Row(GenerationRequest([1], 4)) for _ in range(n)]
 
-    b.add(_Cache(torch.ones(1, 2, 3, 4)), torch.ones(1, 3, dtype=torch.long), rows(1))
-    b.add(_Cache(torch.ones(2, 2, 7, 4)), torch.ones(2, 7, dtype=torch.long), rows(2))
-    assert b.attn.tolist()[0] == [0, 0, 0, 0, 1, 1, 1] and b.cache.key_cache[0].shape == (3, 2, 7, 4)
-    assert b.cache.key_cache[0][0, :, :4].abs().sum() == 0
-    b.rows[1].finish = b.rows[2].finish = "length"
-    assert len(b.drop_finished()) == 2
-    assert b.attn.shape == (1, 3) and b.cache.key_cache[0].shape == (1, 2, 3, 4)
+    s = _Slots(3)
+    s.admit([kv(3, 1.0)], rows(1), headroom=2)
+    assert (s.n, s.cap, s.B) == (3, 6, 1)
+    s.admit([kv(5, 2.0), kv(2, 3.0)], rows(2), headroom=2)  # longer context: the first row shifts right
+    assert s.n == 5 and s.mask[:3, :5].tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 1, 1]]
+    k = s.layers[0].kbuf
+    assert k[0, 0, 2:5, 0].tolist() == [1, 1, 1] and k[2, 0, 3:5, 0].tolist() == [3, 3]
+    assert s.pos[:3].tolist() == [3, 5, 2]
+    s.rows[1].finish = "stop"
+    assert len(s.remove_finished()) == 1 and s.B == 2
+    assert s.mask[1, :5].tolist() == [0, 0, 0, 1, 1] and k[1, 0, 3, 0] == 3 and s.pos[:2].tolist() == [3, 2]
+    s.make_room(None, 0, headroom=2)  # n + 1 <= cap: nothing moves
+    assert s.n == 5 and s.relayouts == 1
+    s.n = 6  # as if one decode step wrote column 5; now full: leading padding [0, 2) is trimmed
+    s.mask[:2, 5] = 1
+    s.make_room(None, 0, headroom=2)
+    assert s.n == 4 and s.mask[:2, :4].tolist() == [[1, 1, 1, 1], [0, 1, 1, 1]] and s.cap == 6
 
 
 def test_peak_decode_throughput_runs(setup):

@@ -46,10 +46,12 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert len(list((run / "checkpoints").glob("step_*"))) == 2  # keep_checkpoints
     lines = _train_lines(run)
     assert [r["step"] for r in lines] == list(range(1, 9))
-    first, last = lines[0]["rollout/reward_mean"], lines[-1]["rollout/reward_mean"]
-    assert last > first + 0.1, (first, last)  # the policy really moved toward the reward
+    rewards = [r["rollout/reward_mean"] for r in lines]
+    assert sum(rewards[4:]) > sum(rewards[:4]), rewards  # sampled rewards drift up (noisy at 16 samples a step)
     evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
     assert [e["step"] for e in evals] == [0, 8] and "eval/pass@2" in evals[0]
+    # the policy really moved toward the reward: greedy held-out accuracy (deterministic given the weights)
+    assert evals[1]["eval/accuracy"] >= evals[0]["eval/accuracy"] + 0.5, evals
     assert "held-out accuracy" in capsys.readouterr().out
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000

@@ -93,3 +93,14 @@ def test_finished_rows_leave_the_batch_without_changing_results(tiny_model_dir):
         assert out.response_ids == single.response_ids
         torch.testing.assert_close(torch.tensor(out.logprobs), torch.tensor(single.logprobs), atol=1e-4, rtol=1e-4)
         assert len(out.response_ids) <= n
+
+
+def test_draw_matches_the_distribution_and_never_picks_zero_mass():
+    from rollwise.engine.hf import draw
+
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]]).repeat(20000, 1)  # [40000, 4]
+    x = draw(probs, gen)
+    first = torch.bincount(x[0::2], minlength=4).double() / 20000
+    assert first[1] == 0 and torch.all(x[1::2] == 3)
+    torch.testing.assert_close(first, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.015, rtol=0)

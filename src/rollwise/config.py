@@ -118,7 +118,29 @@ class RolloutConfig(_Section):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling threshold.")
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
-    batch_size: int = Field(64, gt=0, description="Sequences generated together in one batch.")
+    batch_size: int = Field(64, gt=0, description="Sequences generated together in one batch (hf engine); "
+                            "the most prompts prefilled in one forward (continuous engine).")
+    engine: Literal["hf", "continuous"] = Field(
+        "continuous", description="Generation engine: continuous keeps `num_slots` sequences decoding and refills a "
+        "slot as soon as its sequence ends; hf decodes static batches of `batch_size`.")
+    num_slots: int | None = Field(None, gt=0, description="Sequences decoding together in the continuous engine "
+                                  "(default: batch_size).")
+    partial_rollouts: bool = Field(
+        False, description="APRIL: end a step's first round once as many groups have finished as the planner asked "
+        "for; unfinished samples are carried, tokens and log-probs kept, into the next step, first in line "
+        "(needs engine=continuous). Pair with algo.offpolicy_correction for their older tokens.")
+    retention_limit: int = Field(
+        2, ge=0, description="Partial rollouts: a carried sample whose oldest token is more than this many policy "
+        "versions old is dropped (and counted in rollout/dropped_stale).")
+    speculative_reuse: bool = Field(
+        False, description="SPEC-RL: when a prompt comes back, verify its previous responses under the current "
+        "policy, keep the accepted prefix and generate only the rest (needs engine=continuous).")
+    spec_lenience: float = Field(
+        1.6487212707, gt=0, description="Speculative reuse: accept an old token with probability "
+        "min(1, lenience * p_new / p_old); 1 is exact, larger reuses more (SPEC-RL default e^0.5).")
+    spec_topk: int = Field(
+        64, gt=0, description="Speculative reuse: old-distribution probabilities kept per token for the residual "
+        "resampling at the first rejected token (exact when they hold all the mass).")
 
 
 class AlgoConfig(_Section):
@@ -304,6 +326,11 @@ class Config(_Section):
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
         if a.icepop_low > a.icepop_high:
             raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
+        r = self.rollout
+        for flag in ("partial_rollouts", "speculative_reuse"):
+            if getattr(r, flag) and r.engine != "continuous":
+                raise ValueError(f"rollout.{flag}=true needs rollout.engine=continuous (it resumes responses from a "
+                                 f"prefix), got rollout.engine={r.engine}")
         return self
 
 

@@ -19,7 +19,9 @@ import yaml
 
 from rollwise.config import Config, build_config, config_to_dict
 from rollwise.data import build_items, encode_prompts
-from rollwise.engine import GenerationRequest, HFEngine
+from rollwise.engine import HFEngine
+from rollwise.engine.continuous import ContinuousEngine
+from rollwise.engine.executor import RolloutExecutor
 from rollwise.evaluate import evaluate, is_correct
 from rollwise.models import DTYPES, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
 from rollwise.planner import GroupResult, build_planner
@@ -93,10 +95,11 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     tokenizer = load_tokenizer(path)
     model = load_model(path, torch.float32)
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
-    engine = HFEngine(  # its own copy in the compute dtype, built before LoRA: it gets merged weights
-        model, eos_ids, tokenizer.pad_token_id,
-        DTYPES[cfg.model.dtype], cfg.rollout.batch_size, cfg.rollout.top_p, cfg.rollout.top_k, cfg.run.seed,
-    )
+    ro = cfg.rollout
+    engine_args = (model, eos_ids, tokenizer.pad_token_id, DTYPES[cfg.model.dtype], ro.batch_size, ro.top_p, ro.top_k,
+                   cfg.run.seed)  # the engine keeps its own copy in the compute dtype, built before LoRA
+    engine = (ContinuousEngine(*engine_args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0)
+              if ro.engine == "continuous" else HFEngine(*engine_args))
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model)
     trainer = PolicyTrainer(cfg, model, tokenizer.pad_token_id)
@@ -111,6 +114,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     planner = build_planner(cfg.planner, list(ids_by_uid), cfg.rollout.prompts_per_step,
                             cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed)
     replay_bank: dict[str, dict[str, Any]] = {}  # uid -> last correct response (tokens, logprobs)
+    executor = RolloutExecutor(engine, ids_by_uid, ro.max_completion_length, ro.temperature, ro.partial_rollouts,
+                               ro.retention_limit, ro.speculative_reuse, ro.spec_lenience)
 
     # ---- resume
     start_step, totals = 0, {"rollouts": 0, "tokens": 0}
@@ -124,6 +129,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         planner.load_state_dict(state["extra"]["planner"])
         engine.load_state_dict(state["extra"]["engine"])
         replay_bank = state["extra"]["replay_bank"]
+        if "executor" in state["extra"]:
+            executor.load_state_dict(state["extra"]["executor"])
         totals = state["extra"]["totals"]
         start_step = state["step"]
         set_rng_state(state["rng"])
@@ -157,30 +164,30 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         gen_s = reward_s = 0.0
         rw_errors = rw_timeouts = rw_nans = 0
         requests = planner.begin_step(step)
-        while requests:
-            greqs, owners = [], []
-            for r in requests:
-                for _ in range(r.n):
-                    greqs.append(GenerationRequest(ids_by_uid[r.uid], r.max_new_tokens or cfg.rollout.max_completion_length,
-                                                   r.temperature or cfg.rollout.temperature))
-                    owners.append(r.uid)
+        first = True
+        while requests or (first and executor.carried):
             tg = time.perf_counter()
-            outs = engine.generate(greqs)
+            out = executor.generate(requests, first_round=first)
+            first = False
             gen_s += time.perf_counter() - tg
+            owners = [u for grp in (out.groups, out.adopted) for u, outs in grp.items() for _ in outs]
+            outs = [o for grp in (out.groups, out.adopted) for os_ in grp.values() for o in os_]
             texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
             tr = time.perf_counter()
             scored = runner.score(texts, [items_by_uid[u] for u in owners])
             reward_s += time.perf_counter() - tr
             rw_errors, rw_timeouts, rw_nans = rw_errors + scored.errors, rw_timeouts + scored.timeouts, rw_nans + scored.nans
+            fresh: dict[str, list[Sample]] = {}
             for uid, o, text, rew, parts in zip(owners, outs, texts, scored.rewards, scored.parts):
                 s = Sample(uid, 0, ids_by_uid[uid], o.response_ids, o.logprobs, o.versions, o.finish_reason,
                            text=text, reward=rew, reward_parts=parts, task=items_by_uid[uid].task)
+                fresh.setdefault(uid, []).append(s)
                 by_uid.setdefault(uid, []).append(s)
                 if is_correct(parts, primary):
                     replay_bank[uid] = {"ids": o.response_ids, "logprobs": o.logprobs, "reward": rew, "parts": parts}
-            results = [GroupResult(u, [s.reward for s in by_uid[u][-r.n:]], [s.num_response_tokens for s in by_uid[u][-r.n:]])
-                       for u, r in ((r.uid, r) for r in requests)]
-            requests = planner.observe(results)
+            if out.adopted:
+                planner.adopt(_group_results(fresh, out.adopted))
+            requests = planner.observe(_group_results(fresh, out.groups)) if requests else []
         outcome = planner.end_step()
 
         # which samples to train on: the planner's choice, plus stop-gradient replays
@@ -203,11 +210,12 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
 
         # metrics of this step
         generated = [s for ss in by_uid.values() for s in ss]
-        n_tok = sum(s.num_response_tokens for s in generated)
+        n_tok = executor.step_tokens()  # sampled this step: carried prefixes and reused tokens are not counted again
         totals["rollouts"] += len(generated)
         totals["tokens"] += n_tok
         trained = [s for s in batch if not s.stop_gradient]
         metrics.update(planner.metrics())
+        metrics.update(executor.metrics())
         metrics.update({
             "rollout/reward_mean": _mean([s.reward for s in trained]),
             "rollout/accuracy": _mean([float(is_correct(s.reward_parts, primary)) for s in trained]),
@@ -240,7 +248,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
             save_checkpoint(run_dir, step + 1, model,
                             {"optimizer": trainer.optimizer.state_dict(), "scheduler": trainer.scheduler.state_dict()},
                             {"planner": planner.state_dict(), "engine": engine.state_dict(), "replay_bank": replay_bank,
-                             "totals": totals}, cfg.run.keep_checkpoints)
+                             "executor": executor.state_dict(), "totals": totals}, cfg.run.keep_checkpoints)
         if done:
             last_step = step + 1
             break
@@ -252,6 +260,10 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     if not quiet:
         print_summary(run_dir)
     return result
+
+
+def _group_results(samples: dict[str, list[Sample]], uids: Any) -> list[GroupResult]:
+    return [GroupResult(u, [s.reward for s in samples[u]], [s.num_response_tokens for s in samples[u]]) for u in uids]
 
 
 def _mean(xs: list[float]) -> float:

@@ -1,55 +1,75 @@
-"""The continuous-batching engine: a slot scheduler over one batched KV cache.
+"""The continuous-batching engine: a slot scheduler over one preallocated KV cache.
 
-Up to `num_slots` sequences decode together. When one finishes, waiting requests are
-prefilled (several in one forward) and their KV rows spliced into the batch cache, all rows
-left-aligned to one length: the shorter side is left-padded with zero KV that the per-row
-attention mask hides, and leading columns that are padding for every row are trimmed as
-rows leave. A round can stop early (`stop_when`, `token_budget`); in-flight sequences then
-come back as resumable requests carrying their tokens, log-probs and versions as a prefix.
+Up to `num_slots` sequences decode together. Every layer's keys and values live in buffers
+[num_slots, heads, capacity, head_dim] that are written in place: all active rows share one
+write column, the rows are left-padded (a per-row attention mask hides the padding) and
+occupy slots 0..B-1. A finished row is replaced by the last active row (one row copied), and
+waiting requests are prefilled and written into the free slots, so the decode batch stays
+full without the per-step cache copy of a growing `DynamicCache`. Prompts are prefilled once
+per weight version: the KV of a prompt is kept (LRU) and copied for each of its samples.
+
+A round can stop early (`stop_when`, `token_budget`); in-flight sequences then come back as
+resumable requests carrying their tokens, log-probs and versions as a prefix.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, _filter_logits
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, _filter_logits, draw
 from rollwise.types import FinishReason
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [S, heads, T, d]
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [n, heads, T, d]
 
 
 def _get_kv(cache: Any) -> KV:
-    """Per-layer tensors of a transformers cache, old (key_cache lists) or new (layers) layout."""
-    if hasattr(cache, "layers"):
-        if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-            raise ValueError("continuous engine: models with sliding-window attention caches are not supported; use the hf engine")
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
+    """Per-layer tensors of a transformers cache."""
+    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        raise ValueError("continuous engine: models with sliding-window attention caches are not supported; "
+                         "use rollout.engine=hf")
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _set_kv(cache: Any, kv: KV) -> None:
-    if hasattr(cache, "layers"):
-        for layer, (k, v) in zip(cache.layers, kv):
-            layer.keys, layer.values = k, v
-    else:
-        cache.key_cache[:] = [k for k, _ in kv]
-        cache.value_cache[:] = [v for _, v in kv]
-    if hasattr(cache, "_seen_tokens"):  # old DynamicCache tracked its length separately
-        cache._seen_tokens = kv[0][0].shape[-2]
+class _SlotLayer(DynamicLayer):
+    """One layer's cache as views into preallocated buffers; `update` writes at column `n` of rows 0..B-1."""
+
+    def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor):
+        super().__init__()
+        self.kbuf, self.vbuf = kbuf, vbuf  # [S, h, cap, d]
+        self.B, self.n = 0, 0
+        self.is_initialized = True
+        self.device, self.dtype = kbuf.device, kbuf.dtype
+        self.view()
+
+    def view(self) -> None:
+        self.keys = self.kbuf[: self.B, :, : self.n]
+        self.values = self.vbuf[: self.B, :, : self.n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        q = key_states.shape[-2]
+        self.kbuf[: self.B, :, self.n : self.n + q] = key_states
+        self.vbuf[: self.B, :, self.n : self.n + q] = value_states
+        self.n += q
+        self.view()
+        return self.keys, self.values
+
+    def get_seq_length(self, *args: Any) -> int:
+        return self.n
 
 
-def _lpad(x: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-    """Left-pad `x` with n zeros along dim -1 (masks [S, T]) or -2 (KV [S, h, T, d])."""
-    if n <= 0:
-        return x
-    return F.pad(x, (n, 0) if dim == -1 else (0, 0, n, 0))
+def _check_prefix(req: GenerationRequest) -> None:
+    if not (len(req.prefix_ids) == len(req.prefix_logprobs) == len(req.prefix_versions)):
+        raise ValueError("prefix_ids, prefix_logprobs and prefix_versions must have the same length")
+    if not req.prompt_ids and not req.prefix_ids:
+        raise ValueError("a request needs a non-empty prompt or prefix")
 
 
 @dataclass
@@ -61,16 +81,19 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
+    topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @classmethod
     def start(cls, req: GenerationRequest, eos: set[int]) -> _Row:
-        if not (len(req.prefix_ids) == len(req.prefix_logprobs) == len(req.prefix_versions)):
-            raise ValueError("prefix_ids, prefix_logprobs and prefix_versions must have the same length")
-        if not req.prompt_ids and not req.prefix_ids:
-            raise ValueError("a request needs a non-empty prompt or prefix")
-        row = cls(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions))
+        _check_prefix(req)
+        row = cls(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions),
+                  topk=list(req.prefix_topk))
         row.check(eos)
         return row
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        return tuple(self.req.prompt_ids) + tuple(self.tokens)
 
     def check(self, eos: set[int]) -> None:
         if self.tokens and self.tokens[-1] in eos:
@@ -80,63 +103,169 @@ class _Row:
 
     def output(self) -> GenerationOutput:
         assert self.finish is not None
-        return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id)
+        return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id, self.topk)
 
     def resumable(self) -> GenerationRequest:
-        return replace(self.req, prefix_ids=self.tokens, prefix_logprobs=self.logprobs, prefix_versions=self.versions)
+        return replace(self.req, prefix_ids=self.tokens, prefix_logprobs=self.logprobs, prefix_versions=self.versions,
+                       prefix_topk=self.topk)
 
 
-class _SlotBatch:
-    """The rows in flight, their batch cache and the attention mask over its columns."""
+class _Slots:
+    """Rows in flight (slots 0..B-1), their KV buffers, attention mask [S, cap] and next positions [S]."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_slots: int) -> None:
+        self.S = num_slots
         self.rows: list[_Row] = []
-        self.cache: Any = None
-        self.attn: torch.Tensor | None = None  # [S, T] 1 on real context tokens
+        self.layers: list[_SlotLayer] = []
+        self.cache: DynamicCache | None = None
+        self.mask: torch.Tensor | None = None  # [S, cap] 1 on real context columns
+        self.pos: torch.Tensor | None = None  # [S] position id of each row's next token
+        self.n = 0  # columns in use (shared write column)
+        self.relayouts = 0
 
-    def add(self, cache: Any, attn: torch.Tensor, rows: list[_Row]) -> None:
-        """Splice prefilled rows (cache [n, h, L, d], attn [n, L]) in, left-aligning both sides."""
-        if self.attn is None:
-            self.cache, self.attn, self.rows = cache, attn, list(rows)
+    @property
+    def B(self) -> int:
+        return len(self.rows)
+
+    @property
+    def cap(self) -> int:
+        return self.layers[0].kbuf.shape[2] if self.layers else 0
+
+    def _alloc(self, like: KV | None, cap: int) -> None:
+        """Fresh buffers with `cap` columns (shaped after `like` or the current ones); columns [0, n) of active rows are kept."""
+        shapes = like if like is not None else [(layer.kbuf, layer.vbuf) for layer in self.layers]
+        new = [_SlotLayer(k.new_zeros((self.S, k.shape[-3], cap, k.shape[-1])), v.new_zeros((self.S, v.shape[-3], cap, v.shape[-1])))
+               for k, v in shapes]
+        mask = torch.zeros((self.S, cap), dtype=torch.long, device=shapes[0][0].device)
+        if self.layers and self.B:
+            assert self.mask is not None
+            for old, nl in zip(self.layers, new):
+                nl.kbuf[: self.B, :, : self.n] = old.kbuf[: self.B, :, : self.n]
+                nl.vbuf[: self.B, :, : self.n] = old.vbuf[: self.B, :, : self.n]
+            mask[: self.B, : self.n] = self.mask[: self.B, : self.n]
+        self.layers, self.mask = new, mask
+        if self.pos is None:
+            self.pos = torch.zeros(self.S, dtype=torch.long, device=mask.device)
+        self.cache = DynamicCache()
+        self.cache.layers = list(new)
+
+    def _shift(self, lead: int, new_n: int) -> None:
+        """Move the live columns [lead, n) of active rows so that they end at column new_n; n = new_n."""
+        live = self.n - lead
+        if self.B and new_n - live != lead:
+            assert self.mask is not None
+            for layer in self.layers:
+                for buf in (layer.kbuf, layer.vbuf):
+                    buf[: self.B, :, new_n - live : new_n] = buf[: self.B, :, lead : self.n].clone()
+            m = self.mask[: self.B, lead : self.n].clone()
+            self.mask[: self.B].zero_()
+            self.mask[: self.B, new_n - live : new_n] = m
+            self.relayouts += 1
+        self.n = new_n
+
+    def make_room(self, like: KV | None, need_n: int, headroom: int) -> None:
+        """Ensure n >= need_n and n + 1 <= cap: trim leading all-padding columns, grow the buffers if needed."""
+        if not self.B:
+            self.n = 0
+        if self.layers and need_n <= self.n and self.n + 1 <= self.cap:
             return
-        T, L = self.attn.shape[1], attn.shape[1]
-        merged = [(torch.cat([_lpad(ko, L - T, -2), _lpad(kn, T - L, -2)]),
-                   torch.cat([_lpad(vo, L - T, -2), _lpad(vn, T - L, -2)]))
-                  for (ko, vo), (kn, vn) in zip(_get_kv(self.cache), _get_kv(cache))]  # [S+n, h, max(T, L), d]
-        _set_kv(self.cache, merged)
-        self.attn = torch.cat([_lpad(self.attn, L - T, -1), _lpad(attn, T - L, -1)])
+        lead = 0
+        if self.B:
+            assert self.mask is not None
+            lead = int(self.mask[: self.B, : self.n].any(0).int().argmax())  # first column some row attends to
+        live = self.n - lead
+        new_n = max(live, need_n)
+        if not self.layers or new_n + 1 > self.cap:
+            self._shift(lead, live)  # live columns to [0, live), then into bigger buffers
+            lead = 0
+            self._alloc(like, new_n + 1 + headroom)
+        self._shift(lead, new_n)
+
+    def admit(self, kvs: list[list[tuple[torch.Tensor, torch.Tensor]]], rows: list[_Row], headroom: int) -> None:
+        """Write each new row's prefilled context (per layer k, v [h, L_j, d]) into the next free slot."""
+        lengths = [kv[0][0].shape[-2] for kv in kvs]
+        self.make_room(kvs[0], max(lengths), headroom)
+        assert self.mask is not None and self.pos is not None
+        b0 = self.B
+        for j, (kv, L) in enumerate(zip(kvs, lengths)):
+            for layer, (k, v) in zip(self.layers, kv):
+                layer.kbuf[b0 + j, :, self.n - L : self.n] = k
+                layer.vbuf[b0 + j, :, self.n - L : self.n] = v
+            self.mask[b0 + j] = 0
+            self.mask[b0 + j, self.n - L : self.n] = 1
+            self.pos[b0 + j] = L
         self.rows += rows
 
-    def drop_finished(self) -> list[_Row]:
-        """Remove finished rows, then trim leading columns that are padding for every remaining row."""
+    def remove_finished(self) -> list[_Row]:
+        """Drop finished rows; the last active row moves into each freed slot."""
         done = [r for r in self.rows if r.finish is not None]
         if not done:
             return []
-        keep = [i for i, r in enumerate(self.rows) if r.finish is None]
-        if not keep:
-            self.rows, self.cache, self.attn = [], None, None
-            return done
-        assert self.attn is not None
-        sel = torch.tensor(keep, device=self.attn.device)
-        attn = self.attn[sel]  # [S', T]
-        lead = int(attn.any(0).int().argmax())  # first column some row attends to
-        _set_kv(self.cache, [(k[sel, :, lead:], v[sel, :, lead:]) for k, v in _get_kv(self.cache)])
-        self.attn = attn[:, lead:]
-        self.rows = [self.rows[i] for i in keep]
+        assert self.mask is not None and self.pos is not None
+        i = 0
+        while i < len(self.rows):
+            if self.rows[i].finish is None:
+                i += 1
+                continue
+            last = len(self.rows) - 1
+            if i != last:
+                for layer in self.layers:
+                    layer.kbuf[i, :, : self.n] = layer.kbuf[last, :, : self.n]
+                    layer.vbuf[i, :, : self.n] = layer.vbuf[last, :, : self.n]
+                self.mask[i, : self.n] = self.mask[last, : self.n]
+                self.pos[i] = self.pos[last]
+                self.rows[i] = self.rows[last]
+            self.rows.pop()
         return done
+
+    def decode_inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids [B, 1], attention mask [B, n+1], positions [B, 1]) for one decode step; call `advance` after."""
+        assert self.mask is not None and self.pos is not None
+        B = self.B
+        self.mask[:B, self.n] = 1
+        self.sync_layers()
+        ids = torch.tensor([[r.tokens[-1]] for r in self.rows], dtype=torch.long, device=self.mask.device)
+        return ids, self.mask[:B, : self.n + 1], self.pos[:B].unsqueeze(1)
+
+    def sync_layers(self) -> None:
+        for layer in self.layers:
+            layer.B, layer.n = self.B, self.n
+            layer.view()
+
+    def advance(self) -> None:
+        assert self.pos is not None
+        self.n += 1
+        self.pos[: self.B] += 1
+
+
+_Entry = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]  # per-layer (k, v) [h, L, d]; last logits [V]
 
 
 class ContinuousEngine(HFEngine):
-    """Drop-in for HFEngine with continuous batching; `batch_size` caps how many prompts prefill together."""
+    """Drop-in for HFEngine with continuous batching.
+
+    `num_slots` rows decode together; `batch_size` caps how many contexts prefill in one
+    forward; `prefix_cache` is how many prompts keep their prefilled KV (0 turns it off); a
+    resumed request prefills only its prefix on top of its prompt's KV. `record_topk` > 0
+    keeps, for every sampled token, the top-k of its distribution (speculative reuse)."""
 
     def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int,
                  dtype: torch.dtype = torch.bfloat16, batch_size: int = 64, top_p: float = 1.0, top_k: int = 0,
-                 seed: int = 0, num_slots: int | None = None):
+                 seed: int = 0, num_slots: int | None = None, prefix_cache: int = 64, record_topk: int = 0):
         super().__init__(model, eos_token_ids, pad_token_id, dtype, batch_size, top_p, top_k, seed)
         self.num_slots = num_slots or batch_size
+        self.prefix_cache = prefix_cache
+        self.record_topk = record_topk
         self.device = next(self.model.parameters()).device
+        self._prefix: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self.stats: dict[str, float] = dict.fromkeys(
-            ("prefill_calls", "prefill_s", "decode_calls", "decode_tokens", "decode_s"), 0.0)
+            ("prefill_calls", "prefill_tokens", "prefix_hits", "prefill_s", "decode_calls", "decode_tokens", "decode_s",
+             "sampled_tokens"),
+            0.0)
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        super().load_weights(state_dict, version)
+        self._prefix.clear()  # prefilled KV belongs to the old weights
 
     def generate(self, requests: list[GenerationRequest], generator: torch.Generator | None = None
                  ) -> list[GenerationOutput]:
@@ -163,10 +292,11 @@ class ContinuousEngine(HFEngine):
         ids yourself when a round mixes resumed and new requests."""
         gen = generator if generator is not None else self.generator
         waiting = deque(r if r.request_id is not None else replace(r, request_id=i) for i, r in enumerate(requests))
+        headroom = max((r.max_new_tokens for r in requests), default=0)
         finished: list[GenerationOutput] = []
-        batch = _SlotBatch()
+        slots = _Slots(self.num_slots)
         produced, seen = 0, -1
-        while batch.rows or waiting:
+        while slots.B or waiting:
             if token_budget is not None and produced >= token_budget:
                 break
             if stop_when is not None and len(finished) != seen:
@@ -174,7 +304,7 @@ class ContinuousEngine(HFEngine):
                 if stop_when(finished):
                     break
             t0 = time.perf_counter()
-            free = self.num_slots - len(batch.rows)
+            free = self.num_slots - slots.B
             if free > 0 and waiting:
                 rows: list[_Row] = []
                 while waiting and len(rows) < min(free, self.batch_size):
@@ -183,52 +313,183 @@ class ContinuousEngine(HFEngine):
                         finished.append(row.output())
                     else:
                         rows.append(row)
-                if not rows:
-                    continue
-                logits = self._prefill(batch, rows)
-                produced += self._sample(rows, logits, gen)
-                self.stats["prefill_calls"] += 1
-                self.stats["prefill_s"] += time.perf_counter() - t0
-            else:
-                rows = batch.rows
-                produced += self._sample(rows, self._decode(batch), gen)
-                self.stats["decode_calls"] += 1
-                self.stats["decode_tokens"] += len(rows)
-                self.stats["decode_s"] += time.perf_counter() - t0
-            finished += [r.output() for r in batch.drop_finished()]
-        return finished, [r.resumable() for r in batch.rows] + list(waiting)
+                if rows:
+                    entries = self._prefill(rows)
+                    slots.admit([e[0] for e in entries], rows, headroom)
+                    produced += self._sample(rows, torch.stack([e[1] for e in entries]), gen)
+                    self.stats["prefill_s"] += time.perf_counter() - t0
+                    finished += [r.output() for r in slots.remove_finished()]
+                continue
+            slots.make_room(None, 0, headroom)
+            ids, attn, pos = slots.decode_inputs()
+            logits, _ = self._forward(ids, attn, pos, slots.cache)
+            slots.advance()
+            produced += self._sample(slots.rows, logits, gen)
+            self.stats["decode_calls"] += 1
+            self.stats["decode_tokens"] += slots.B
+            self.stats["decode_s"] += time.perf_counter() - t0
+            finished += [r.output() for r in slots.remove_finished()]
+        return finished, [r.resumable() for r in slots.rows] + list(waiting)
 
     def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
         kwargs = {self._cache_arg: cache} if cache is not None else {}
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1,
                          **kwargs)
-        return out.logits[:, -1, :], getattr(out, self._cache_arg)  # [S, V]
+        return out.logits[:, -1, :], getattr(out, self._cache_arg)  # [n, V]
 
-    def _prefill(self, batch: _SlotBatch, rows: list[_Row]) -> torch.Tensor:
-        """One forward over the new rows' contexts (prompt + prefix), left-padded; splices their KV in."""
-        ctx = [r.req.prompt_ids + r.tokens for r in rows]
-        L = max(len(c) for c in ctx)
-        ids = torch.full((len(rows), L), self.pad, dtype=torch.long)  # [n, L]
-        attn = torch.zeros((len(rows), L), dtype=torch.long)  # [n, L]
-        for b, c in enumerate(ctx):
-            ids[b, L - len(c):] = torch.tensor(c, dtype=torch.long)
-            attn[b, L - len(c):] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [n, L]
-        logits, cache = self._forward(ids, attn, pos, None)
-        batch.add(cache, attn, rows)
-        return logits
+    def _prefill(self, rows: list[_Row]) -> list[_Entry]:
+        """KV and last logits of each row's context (prompt + prefix). Prompts not in the prefix
+        cache run in one forward, each once however many rows share it; the prefixes of resumed
+        rows then run in a second forward on top of their prompt's KV."""
+        ctxs = [r.context for r in rows]
+        bases = {tuple(r.req.prompt_ids) if r.req.prompt_ids else c for r, c in zip(rows, ctxs) if c not in self._prefix}
+        todo = [b for b in bases if b not in self._prefix]
+        fresh: dict[tuple[int, ...], _Entry] = {}
+        if todo:
+            L = max(len(c) for c in todo)
+            ids = torch.full((len(todo), L), self.pad, dtype=torch.long)  # [u, L] left-padded
+            attn = torch.zeros((len(todo), L), dtype=torch.long)  # [u, L]
+            for b, c in enumerate(todo):
+                ids[b, L - len(c):] = torch.tensor(c, dtype=torch.long)
+                attn[b, L - len(c):] = 1
+            ids, attn = ids.to(self.device), attn.to(self.device)
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [u, L]
+            logits, cache = self._forward(ids, attn, pos, None)
+            kv = _get_kv(cache)
+            for b, c in enumerate(todo):
+                fresh[c] = ([(k[b, :, L - len(c):].clone(), v[b, :, L - len(c):].clone()) for k, v in kv],
+                            logits[b].clone())
+                if self.prefix_cache > 0 and any(tuple(r.req.prompt_ids) == c for r in rows):
+                    self._remember(c, fresh[c])
+            self.stats["prefill_calls"] += 1
+            self.stats["prefill_tokens"] += int(attn.sum())
+        resumed = [(r, c) for r, c in zip(rows, ctxs) if c not in fresh and c not in self._prefix]
+        if resumed:  # prefix on top of the prompt's KV
+            base = [fresh.get(tuple(r.req.prompt_ids)) or self._prefix[tuple(r.req.prompt_ids)] for r, _ in resumed]
+            kvs, hidden = self._extend(base, [r.tokens for r, _ in resumed])
+            last = torch.stack([hidden[j, len(r.tokens) - 1] for j, (r, _) in enumerate(resumed)])  # [m, H]
+            logits = self._head(last)  # [m, V]
+            for j, (_, c) in enumerate(resumed):
+                fresh[c] = (kvs[j], logits[j])
+        out = []
+        for c in ctxs:
+            if c in fresh:
+                out.append(fresh[c])
+            else:
+                self._prefix.move_to_end(c)
+                out.append(self._prefix[c])
+                self.stats["prefix_hits"] += 1
+        return out
 
-    def _decode(self, batch: _SlotBatch) -> torch.Tensor:
-        """One step for every row: feed each row's last sampled token."""
-        assert batch.attn is not None
-        S = len(batch.rows)
-        ids = torch.tensor([[r.tokens[-1]] for r in batch.rows], dtype=torch.long, device=self.device)  # [S, 1]
-        pos = batch.attn.sum(-1, keepdim=True)  # [S, 1] real tokens so far = next position
-        attn = torch.cat([batch.attn, torch.ones((S, 1), dtype=batch.attn.dtype, device=self.device)], 1)  # [S, T+1]
-        logits, batch.cache = self._forward(ids, attn, pos, batch.cache)
-        batch.attn = attn
-        return logits
+    def _remember(self, key: tuple[int, ...], entry: _Entry) -> None:
+        self._prefix[key] = entry
+        while len(self._prefix) > self.prefix_cache:
+            self._prefix.popitem(last=False)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.get_output_embeddings()(hidden)
+
+    def _extend(self, bases: list[_Entry], suffixes: list[list[int]]) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
+        """Run each suffix on top of its base context's KV in one forward.
+
+        Returns, per row, the KV of base + suffix (per layer [h, L_base + q_j, d]) and the final
+        hidden states over the suffix positions [u, q, H] (right-padded to the longest suffix)."""
+        u, q = len(bases), max(len(x) for x in suffixes)
+        tmp = _Slots(u)
+        tmp.admit([b[0] for b in bases], [_Row(GenerationRequest([0], 1))] * u, headroom=q)
+        assert tmp.mask is not None and tmp.pos is not None
+        n = tmp.n
+        ids = torch.full((u, q), self.pad, dtype=torch.long, device=self.device)
+        for j, x in enumerate(suffixes):
+            ids[j, : len(x)] = torch.tensor(x, dtype=torch.long)
+            tmp.mask[j, n : n + len(x)] = 1
+        pos = tmp.pos[:u, None] + torch.arange(q, device=self.device)  # [u, q]
+        tmp.sync_layers()
+        decoder = self.model.get_decoder()
+        out = decoder(input_ids=ids, attention_mask=tmp.mask[:u, : n + q], position_ids=pos, use_cache=True,
+                      **{self._cache_arg: tmp.cache})
+        kvs = []
+        for j, (b, x) in enumerate(zip(bases, suffixes)):
+            L = b[0][0][0].shape[-2]
+            kvs.append([(layer.kbuf[j, :, n - L : n + len(x)], layer.vbuf[j, :, n - L : n + len(x)]) for layer in tmp.layers])
+        self.stats["prefill_calls"] += 1
+        self.stats["prefill_tokens"] += sum(len(x) for x in suffixes)
+        return kvs, out.last_hidden_state  # [u, q, H]
+
+    @torch.no_grad()
+    def verify(self, prompts: list[list[int]], olds: list[GenerationOutput], lenience: float, temperature: float,
+               max_new_tokens: int, generator: torch.Generator | None = None,
+               ) -> list[GenerationOutput | GenerationRequest]:
+        """Speculative reuse (SPEC-RL): score each old response under the current weights and keep
+        the prefix accepted token by token with probability min(1, lenience * p_new / p_old).
+
+        At the first rejection a token is drawn from the residual max(0, p_new - min(p_old,
+        lenience * p_new)) (the old distribution's stored top-k stands in for p_old; the full
+        p_new is used where an old response has no top-k). Each item comes back complete (a
+        GenerationOutput: fully accepted, or the resampled token ended it) or as a request to
+        continue from the accepted prefix. Kept tokens carry the current weights' log-probs and
+        version; their distribution is the current policy's (exactly so at lenience <= 1 with
+        full top-k). Counts go to `stats` (spec_*)."""
+        from rollwise.algos.speculative import residual_distribution, speculative_accept
+
+        gen = generator if generator is not None else self.generator
+        out: list[GenerationOutput | GenerationRequest] = []
+        t0 = time.perf_counter()
+        step = max(1, self.batch_size // 4)
+        for s0 in range(0, len(olds), step):
+            chunk = list(range(s0, min(len(olds), s0 + step)))
+            rows = [_Row(GenerationRequest(list(prompts[j]), 1)) for j in chunk]
+            bases = self._prefill(rows)
+            hidden = self._extend(bases, [olds[j].response_ids or [self.pad] for j in chunk])[1]  # [u, q, H]
+            for c, j in enumerate(chunk):
+                out.append(self._verify_one(prompts[j], olds[j], bases[c][1], hidden[c], lenience, temperature,
+                                            max_new_tokens, gen, residual_distribution, speculative_accept))
+        self.stats["spec_verify_s"] = self.stats.get("spec_verify_s", 0.0) + time.perf_counter() - t0
+        return out
+
+    def _verify_one(self, prompt: list[int], old: GenerationOutput, first_logits: torch.Tensor, hidden: torch.Tensor,
+                    lenience: float, temperature: float, max_new: int, gen: torch.Generator,
+                    residual_distribution: Callable[..., torch.Tensor], speculative_accept: Callable[..., int],
+                    ) -> GenerationOutput | GenerationRequest:
+        ids = old.response_ids[:max_new]
+        L = len(ids)
+        # logits for token i: the prompt's last position for i = 0, then the old response's positions
+        logits = torch.cat([first_logits[None].float(), self._head(hidden[: max(L - 1, 0)]).float()])[:L]  # [L, V]
+        logp_full = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)  # [L, V]
+        ids_t = torch.tensor(ids, dtype=torch.long)
+        new_lp = logp_full.gather(1, ids_t[:, None]).squeeze(1) if L else torch.zeros(0)  # [L]
+        old_lp = torch.tensor(old.logprobs[:L], dtype=torch.float64)
+        u = torch.rand(L, generator=gen, dtype=torch.float64)
+        n = speculative_accept(new_lp.double(), old_lp, lenience, u) if L else 0
+        K = self.record_topk
+        topk: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if K:
+            tp, ti = logp_full[: n + 1].topk(min(K, logp_full.shape[-1]), dim=-1)  # [n+1, K]
+            topk = [(ti[i].int(), tp[i].exp().to(torch.float16)) for i in range(ti.shape[0])]
+        tokens, lps = list(ids[:n]), new_lp[:n].tolist()
+        self.stats["spec_candidates"] = self.stats.get("spec_candidates", 0) + 1
+        self.stats["spec_old_tokens"] = self.stats.get("spec_old_tokens", 0) + L
+        self.stats["spec_accepted_tokens"] = self.stats.get("spec_accepted_tokens", 0) + n
+        if n < L:  # resample the first rejected position from the residual
+            p_new = logp_full[n].exp()  # [V]
+            if len(old.topk) > n:
+                oi, op = old.topk[n]
+                p_old = torch.zeros_like(p_new).scatter(0, oi.long(), op.float())
+            else:
+                p_old = p_new
+                self.stats["spec_no_topk"] = self.stats.get("spec_no_topk", 0) + 1
+            t = int(draw(residual_distribution(p_new, p_old, lenience)[None], gen)[0])
+            tokens.append(t)
+            lps.append(float(logp_full[n, t]))
+            self.stats["sampled_tokens"] += 1
+        else:
+            self.stats["spec_full_reuse"] = self.stats.get("spec_full_reuse", 0) + 1
+        row = _Row(GenerationRequest(list(prompt), max_new, temperature), tokens, lps, [self.version] * len(tokens),
+                   topk=topk[: len(tokens)])
+        row.check(self.eos)
+        if row.finish is not None:
+            return row.output()
+        return row.resumable()
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor, gen: torch.Generator) -> int:
         """Pick each row's next token from logits [n, V]; record log-prob and version; mark finished rows."""
@@ -239,14 +500,20 @@ class ContinuousEngine(HFEngine):
         nxt = logits.argmax(-1)  # [n]
         if not bool(greedy.all()):
             probs = _filter_logits(logits, self.top_k, self.top_p).softmax(-1).to(gen.device)
-            sampled = torch.multinomial(probs, 1, generator=gen).squeeze(1).to(logits.device)  # [n]
+            sampled = draw(probs, gen).to(logits.device)  # [n]
             nxt = torch.where(greedy, nxt, sampled)
         lps = logprobs_full.gather(1, nxt.unsqueeze(1)).squeeze(1)  # [n]
+        if self.record_topk:
+            tp, ti = logprobs_full.topk(min(self.record_topk, logits.shape[-1]), dim=-1)  # [n, K]
+            tp = tp.exp().to(torch.float16)
+            for r, i, p in zip(rows, ti.int(), tp):
+                r.topk.append((i, p))
         for r, t, lp in zip(rows, nxt.tolist(), lps.tolist()):
             r.tokens.append(t)
             r.logprobs.append(lp)
             r.versions.append(self.version)
             r.check(self.eos)
+        self.stats["sampled_tokens"] += len(rows)
         return len(rows)
 
 

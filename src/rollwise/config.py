@@ -126,9 +126,13 @@ class RolloutConfig(_Section):
     num_slots: int | None = Field(None, gt=0, description="Sequences decoding together in the continuous engine "
                                   "(default: batch_size).")
     partial_rollouts: bool = Field(
-        False, description="APRIL: end a step's first round once as many groups have finished as the planner asked "
-        "for; unfinished samples are carried, tokens and log-probs kept, into the next step, first in line "
+        False, description="APRIL: end a step's first round once partial_stop_fraction of its groups have finished; "
+        "unfinished samples are carried, tokens and log-probs kept, into the next step, first in line "
         "(needs engine=continuous). Pair with algo.offpolicy_correction for their older tokens.")
+    partial_stop_fraction: float = Field(
+        0.75, gt=0, le=1.0, description="Partial rollouts: the first round of a step ends once this share of its "
+        "groups (carried ones included) has finished; the rest is carried. 0.75 trains about prompts_per_step groups "
+        "a step and carries a third as many; 1 turns carrying off.")
     retention_limit: int = Field(
         2, ge=0, description="Partial rollouts: a carried sample whose oldest token is more than this many policy "
         "versions old is dropped (and counted in rollout/dropped_stale).")
@@ -139,7 +143,7 @@ class RolloutConfig(_Section):
         1.6487212707, gt=0, description="Speculative reuse: accept an old token with probability "
         "min(1, lenience * p_new / p_old); 1 is exact, larger reuses more (SPEC-RL default e^0.5).")
     spec_topk: int = Field(
-        64, gt=0, description="Speculative reuse: old-distribution probabilities kept per token for the residual "
+        32, gt=0, description="Speculative reuse: old-distribution probabilities kept per token for the residual "
         "resampling at the first rejected token (exact when they hold all the mass).")
 
 
@@ -331,6 +335,9 @@ class Config(_Section):
             if getattr(r, flag) and r.engine != "continuous":
                 raise ValueError(f"rollout.{flag}=true needs rollout.engine=continuous (it resumes responses from a "
                                  f"prefix), got rollout.engine={r.engine}")
+        if r.speculative_reuse and (r.top_p < 1.0 or r.top_k):
+            raise ValueError("rollout.speculative_reuse=true needs plain temperature sampling (rollout.top_p=1, "
+                             "rollout.top_k=0): the acceptance test compares full-distribution probabilities")
         return self
 
 

@@ -3,8 +3,8 @@
 It sits between the loop and the engine and owns the two ways rollwise avoids generating
 a token twice:
 
-* **partial rollouts** (APRIL): the first round of a step ends as soon as as many groups
-  have finished as the planner asked for; the unfinished samples of the other groups are
+* **partial rollouts** (APRIL): the first round of a step ends as soon as `stop_fraction` of
+  its groups (carried ones included) have finished; the unfinished samples of the others are
   carried, tokens, log-probs and versions included, into the next step, where they go
   first in line and finish under newer weights. A carried sample whose oldest token is
   more than `retention_limit` versions old is dropped and counted;
@@ -18,6 +18,8 @@ the carry buffer, or the `dropped_stale` count.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,7 +54,8 @@ def _oldest(versions: list[int]) -> int | None:
 
 class RolloutExecutor:
     def __init__(self, engine: HFEngine, prompt_ids: dict[str, list[int]], max_new_tokens: int, temperature: float,
-                 partial: bool = False, retention_limit: int = 2, speculative: bool = False, lenience: float = 1.0):
+                 partial: bool = False, retention_limit: int = 2, speculative: bool = False, lenience: float = 1.0,
+                 stop_fraction: float = 0.75):
         if (partial or speculative) and not hasattr(engine, "run_round"):
             raise ValueError("partial rollouts and speculative reuse need the continuous engine (rollout.engine=continuous)")
         self.engine = engine
@@ -61,6 +64,7 @@ class RolloutExecutor:
         self.temperature = temperature
         self.partial = partial
         self.retention_limit = retention_limit
+        self.stop_fraction = stop_fraction
         self.speculative = speculative
         self.lenience = lenience
         self.carried: dict[str, _Group] = {}
@@ -91,6 +95,7 @@ class RolloutExecutor:
             reuse += [(r.uid, o) for o in olds]
             fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
         if reuse:  # verified old responses: complete, or a prefix to continue first
+            before = self._spec_stats()
             items = self.engine.verify([self.prompt_ids[u] for u, _ in reuse], [o for _, o in reuse],  # type: ignore[attr-defined]
                                        self.lenience, self.temperature, self.max_new_tokens)
             for (uid, _), item in zip(reuse, items):
@@ -98,12 +103,15 @@ class RolloutExecutor:
                     groups[uid].done.append(item)
                 else:
                     queue.append((uid, item))
+            for k, v in self._spec_stats().items():
+                self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
         queue += fresh
         owner = {i: uid for i, (uid, _) in enumerate(queue)}
         reqs = [replace(q, request_id=i) for i, (_, q) in enumerate(queue)]
         sampled0 = self._sampled()
+        t0 = time.perf_counter()
         if self.partial and first_round and hasattr(self.engine, "run_round"):
-            target = len({r.uid for r in requests}) or len(groups)
+            target = max(1, math.floor(self.stop_fraction * sum(g.expected > 0 for g in groups.values()) + 1e-9))
             complete = sum(g.complete for g in groups.values())
             counts = {uid: len(g.done) for uid, g in groups.items()}
             seen = [0]
@@ -124,6 +132,7 @@ class RolloutExecutor:
             finished, unfinished = self.engine.generate(reqs), []
             for q, o in zip(reqs, finished):
                 o.request_id = q.request_id
+        self._step["engine_s"] = self._step.get("engine_s", 0.0) + time.perf_counter() - t0
         new_tokens = (self._sampled() - sampled0) if sampled0 is not None else sum(len(o.response_ids) for o in finished)
         self._step["generated_tokens"] = self._step.get("generated_tokens", 0.0) + new_tokens
         for o in finished:
@@ -181,16 +190,31 @@ class RolloutExecutor:
         """Samples held in the carry buffer (finished or not) that have not been delivered."""
         return sum(g.expected for g in self.carried.values())
 
-    def metrics(self) -> dict[str, float]:
-        """This step's executor metrics (reset on read)."""
-        m = {f"rollout/{k}": v for k, v in self._step.items()}
+    def _spec_stats(self) -> dict[str, float]:
         st = getattr(self.engine, "stats", {})
+        return {k: float(v) for k, v in st.items() if k.startswith("spec_")}
+
+    def metrics(self) -> dict[str, float]:
+        """This step's executor metrics (reset on read).
+
+        time/spec_saved_s estimates what speculative reuse saved: the reused tokens at this step's
+        generation speed (seconds per sampled token), minus the verification time."""
+        step, self._step = self._step, {}
+        m = {f"rollout/{k}": step[k] for k in ("generated_tokens", "carried_samples", "dropped_stale",
+                                               "dropped_stale_tokens") if k in step}
         m["rollout/buffered"] = float(self.buffered())
         m["rollout/dropped_stale_total"] = float(self.totals["dropped_stale"])
-        for k in ("spec_candidates", "spec_old_tokens", "spec_accepted_tokens", "spec_full_reuse", "spec_verify_s"):
-            if k in st:
-                m[f"spec/{k[5:]}_total"] = float(st[k])
-        self._step = {}
+        if self.speculative:
+            old, acc = step.get("spec_old_tokens", 0.0), step.get("spec_accepted_tokens", 0.0)
+            sampled, engine_s = step.get("generated_tokens", 0.0), step.get("engine_s", 0.0)
+            m.update({
+                "spec/candidates": step.get("spec_candidates", 0.0),
+                "spec/tokens_reused": acc,
+                "spec/acceptance_rate": acc / old if old else 0.0,
+                "spec/full_reuse": step.get("spec_full_reuse", 0.0),
+                "time/spec_verify_s": step.get("spec_verify_s", 0.0),
+                "time/spec_saved_s": acc * engine_s / sampled - step.get("spec_verify_s", 0.0) if sampled else 0.0,
+            })
         return m
 
     def state_dict(self) -> dict[str, Any]:

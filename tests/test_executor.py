@@ -1,0 +1,147 @@
+"""The rollout executor on a tiny model: partial rollouts account for every sample, and
+speculative reuse keeps the new policy's distribution (statistically, at lenience 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rollwise.engine import GenerationRequest
+from rollwise.engine.continuous import ContinuousEngine
+from rollwise.engine.executor import RolloutExecutor
+from rollwise.models import load_model, load_tokenizer
+from rollwise.planner.base import Request
+
+TEXTS = ["12+34=", "a longer prompt: 7*8=", "x", "hello there", "9-3=?", "what is 2*21? answer:"]
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return load_tokenizer(str(tiny_model_dir))
+
+
+def _perturbed(tiny_model_dir, scale, seed):
+    model = load_model(str(tiny_model_dir))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel() + seed)))
+    return model
+
+
+def _engine(model, tok, eos, slots=3, topk=0, seed=0):
+    return ContinuousEngine(model, eos, tok.pad_token_id, dtype=torch.float32, batch_size=slots, seed=seed,
+                            num_slots=slots, record_topk=topk)
+
+
+@pytest.mark.parametrize("retention", [0, 1, 5])
+def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retention):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    # a frequent character as a second EOS makes lengths vary between 1 and the cap
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("e")]
+    eng = _engine(model, tok, eos)
+    ex = RolloutExecutor(eng, prompts, max_new_tokens=24, temperature=1.0, partial=True, retention_limit=retention)
+    delivered, mixed_versions = 0, 0
+    uids = list(prompts)
+    for step in range(6):
+        reqs = [Request(uids[(3 * step + k) % 6], 3 - k % 2) for k in range(3)]
+        before = len(ex.carried)
+        out = ex.generate(reqs, first_round=True)
+        assert len(out.groups) + len(out.adopted) >= math.floor(0.75 * (len(reqs) + before)) - before  # stop rule
+        for grp in (out.groups, out.adopted):
+            for outs in grp.values():
+                delivered += len(outs)
+                for o in outs:
+                    assert len(o.response_ids) == len(o.logprobs) == len(o.versions) >= 1
+                    assert eng.version - min(o.versions) <= retention + 1  # the retention limit holds
+                    mixed_versions += len(set(o.versions)) > 1
+        ex.metrics()
+        eng.load_weights(eng.model.state_dict(), version=step + 1)
+    t = ex.totals
+    assert t["requested"] == 6 * 8 and t["delivered"] == delivered
+    assert t["requested"] == t["delivered"] + ex.buffered() + t["dropped_stale"]
+    assert ex.buffered() + t["dropped_stale"] + mixed_versions > 0  # partial rollouts really happened
+    if retention == 0:
+        assert mixed_versions == 0  # a carried sample is one version old at the next step: dropped
+    if retention == 5:
+        assert t["dropped_stale"] == 0 and mixed_versions > 0  # resumed samples hold tokens of two versions
+
+
+def test_executor_state_round_trips(tiny_model_dir, tok):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1")]
+    ex = RolloutExecutor(_engine(model, tok, eos), prompts, 24, 1.0, partial=True, speculative=True)
+    ex.generate([Request("p0", 3), Request("p1", 3), Request("p2", 3)])
+    ex2 = RolloutExecutor(_engine(model, tok, eos), prompts, 24, 1.0, partial=True, speculative=True)
+    ex2.load_state_dict(ex.state_dict())
+    assert ex2.buffered() == ex.buffered() and ex2.totals == ex.totals and ex2.bank.keys() == ex.bank.keys()
+
+
+def test_speculative_reuse_with_unchanged_weights_reuses_almost_everything(tiny_model_dir, tok):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    eng = _engine(model, tok, [tok.eos_token_id], slots=8, topk=8)
+    ex = RolloutExecutor(eng, prompts, 16, 1.0, speculative=True, lenience=1.0)
+    reqs = [Request(u, 4) for u in prompts]
+    ex.generate(reqs)
+    first = ex.step_tokens()
+    ex.metrics()
+    out = ex.generate(reqs)
+    st = eng.stats
+    assert st["spec_candidates"] == 24 and st["spec_accepted_tokens"] >= 0.95 * st["spec_old_tokens"]
+    assert ex.step_tokens() < 0.2 * first  # only rejected tails are generated again
+    assert all(len(v) == 4 for v in out.groups.values())
+    for outs in out.groups.values():
+        for o in outs:
+            assert len(o.topk) == len(o.response_ids) == len(o.logprobs)
+
+
+def _chi2_critical(df: int, z: float = 3.09) -> float:
+    """Wilson-Hilferty approximation of the chi-square quantile (z = 3.09: p = 0.001)."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def _chi2(tokens: list[int], probs: torch.Tensor) -> tuple[float, int]:
+    counts = torch.bincount(torch.tensor(tokens), minlength=probs.numel()).double()
+    expected = probs.double() * len(tokens)
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    keep = exp > 0
+    return float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()), int(keep.sum()) - 1
+
+
+def test_verify_at_lenience_one_samples_the_new_policy(tiny_model_dir, tok, monkeypatch):
+    """Old responses from one model, verified under another: the first token of what comes back is
+    distributed as the new model's first-token distribution (chi-square, p = 0.001). SPEC-RL's
+    shortcut (resample a rejected token from the full new distribution) fails the same test."""
+    old_model = _perturbed(tiny_model_dir, 0.6, 3)
+    new_model = _perturbed(tiny_model_dir, 0.6, 3)  # the same, plus a small step: the two overlap in part
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel() + 99)))
+    prompt = tok("12+34=")["input_ids"]
+    V = new_model.config.vocab_size
+    old_eng = _engine(old_model, tok, [tok.eos_token_id], slots=256, topk=V, seed=1)
+    n = 4000
+    olds = old_eng.generate([GenerationRequest(prompt, 2, 1.0) for _ in range(n)])
+    with torch.no_grad():
+        p_new = torch.softmax(new_model(torch.tensor([prompt])).logits[0, -1].double(), -1)  # [V]
+        p_old = torch.softmax(old_model(torch.tensor([prompt])).logits[0, -1].double(), -1)
+    assert 0.2 < 0.5 * (p_new - p_old).abs().sum() < 0.6  # the policies differ: rejections are frequent
+
+    def first_tokens(seed):
+        eng = _engine(new_model, tok, [tok.eos_token_id], slots=256, topk=V, seed=seed)
+        items = eng.verify([prompt] * n, olds, lenience=1.0, temperature=1.0, max_new_tokens=2)
+        return [(it.response_ids if hasattr(it, "response_ids") else it.prefix_ids)[0] for it in items]
+
+    stat, df = _chi2(first_tokens(3), p_new)
+    assert stat < _chi2_critical(df), (stat, df)
+    import rollwise.algos.speculative as spec
+
+    monkeypatch.setattr(spec, "residual_distribution", lambda p_new, p_old, lenience=1.0: p_new)
+    stat_bad, df_bad = _chi2(first_tokens(3), p_new)
+    assert stat_bad > _chi2_critical(df_bad), (stat_bad, df_bad)

@@ -15,7 +15,10 @@ Measured side by side in one process, same weights (bf16), same steps:
   partial     the same engine with partial rollouts (APRIL): each step queues the carried
               samples first, then new requests up to `--over` times its target, and stops
               once the target has finished; unfinished samples are carried, with their
-              tokens, log-probs and versions, into the next step
+              tokens, log-probs and versions, into the next step, where prompt + prefix is
+              prefilled again (what a weight update requires for exact KV)
+  partial+kv  the same, with the carried sequences kept in their slots, KV included
+              (`run_round(hold=True)`, rollout.partial_keep_kv): no prefill again
   peak        decode tokens/s with every slot busy on a workload prompt (prefill excluded),
               for as many tokens as the mean response length
 
@@ -92,11 +95,11 @@ def run_continuous(engine: ContinuousEngine, steps) -> tuple[int, float]:
     return n_tok, time.perf_counter() - t0
 
 
-def run_partial(engine: ContinuousEngine, steps, spare, over: float) -> dict:
+def run_partial(engine: ContinuousEngine, steps, spare, over: float, hold: bool) -> dict:
     """APRIL: each step queues the carried samples first, then new requests up to `over` times its
     target, and stops once `target` samples have finished; the rest is carried to the next step.
     New requests come from the steps' own, then from `spare` (never exhausted within the run)."""
-    pool = [replace(r) for reqs in steps for r in reqs] + [replace(r) for r in spare]
+    pool = [replace(r, request_id=i) for i, r in enumerate([r for reqs in steps for r in reqs] + list(spare))]
     buffer: list[GenerationRequest] = []
     finished_tokens = resumed = 0
     t0 = time.perf_counter()
@@ -105,8 +108,9 @@ def run_partial(engine: ContinuousEngine, steps, spare, over: float) -> dict:
         take = max(0, int(over * target) - len(buffer))
         new, pool = pool[:take], pool[take:]
         resumed += sum(len(r.prefix_ids) for r in buffer)
-        done, buffer = engine.run_round(buffer + new, stop_when=lambda fin, t=target: len(fin) >= t)
+        done, buffer = engine.run_round(buffer + new, stop_when=lambda fin, t=target: len(fin) >= t, hold=hold)
         finished_tokens += sum(len(o.response_ids) for o in done)
+    engine._held = None
     return {"finished_tokens": finished_tokens, "carried_tokens": sum(len(r.prefix_ids) for r in buffer),
             "secs": time.perf_counter() - t0, "resumed_prefix_tokens": resumed, "left_in_buffer": len(buffer),
             "never_started": sum(not r.prefix_ids for r in buffer)}
@@ -115,8 +119,8 @@ def run_partial(engine: ContinuousEngine, steps, spare, over: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--steps", type=int, default=6, help="training steps (rounds) simulated")
-    ap.add_argument("--prompts-per-step", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4, help="training steps (rounds) simulated")
+    ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--group", type=int, default=8, help="samples per prompt")
     ap.add_argument("--slots", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=256)
@@ -145,8 +149,8 @@ def main() -> None:
     static_tok, static_s = run_static(static_model, tok, steps, args.slots, eos, args.seed)
     cont_tok, cont_s = run_continuous(engine, steps)
     lengths = [len(o.response_ids) for o in engine.generate([replace(r) for r in steps[0]])]
-    part = run_partial(engine, steps, spare, args.over)
-    part_tok = part["finished_tokens"] + part["carried_tokens"]  # every generated token is in exactly one of them
+    part = run_partial(engine, steps, spare, args.over, hold=False)
+    part_kv = run_partial(engine, steps, spare, args.over, hold=True)
     mean_len = max(1, round(statistics.mean(lengths)))
     typical = sorted(prompts, key=len)[len(prompts) // 2]
     peak = peak_decode_throughput(engine, typical, args.slots, mean_len)
@@ -154,7 +158,9 @@ def main() -> None:
     rows = {
         "static": static_tok / static_s,
         "continuous": cont_tok / cont_s,
-        "partial": part_tok / part["secs"],
+        # every generated token is in exactly one of finished and carried
+        "partial": (part["finished_tokens"] + part["carried_tokens"]) / part["secs"],
+        "partial+kv": (part_kv["finished_tokens"] + part_kv["carried_tokens"]) / part_kv["secs"],
     }
     q = statistics.quantiles(lengths, n=20)  # lengths of one step's samples
     print(f"\n{args.steps} steps x {per_step} samples ({args.prompts_per_step} prompts x {args.group}), {args.slots} slots, cap "
@@ -164,12 +170,13 @@ def main() -> None:
     for name, tps in rows.items():
         print(f"{name:<12}{tps:>14.1f}{tps / rows['static']:>10.2f}x{tps / peak:>8.0%}")
     print(f"{'peak':<12}{peak:>14.1f}{peak / rows['static']:>10.2f}x{1:>8.0%}")
-    print(f"partial: {part['carried_tokens']} tokens in {part['left_in_buffer']} samples carried at the end "
-          f"({part['never_started']} not started); {part['resumed_prefix_tokens']} resumed-prefix tokens re-entered rounds")
+    for name, p in (("partial", part), ("partial+kv", part_kv)):
+        print(f"{name}: {p['carried_tokens']} tokens in {p['left_in_buffer']} samples carried at the end "
+              f"({p['never_started']} not started); {p['resumed_prefix_tokens']} resumed-prefix tokens re-entered steps")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"args": vars(args), "tokens_per_s": rows, "peak": peak,
-                                                  "partial": part, "stats": engine.stats,
+                                                  "partial": part, "partial_kv": part_kv, "stats": engine.stats,
                                                   "length_quantiles": q}, indent=1))
 
 

@@ -80,17 +80,25 @@ def test_behaviour_logprobs_match_fresh_forward(setup):
         torch.testing.assert_close(lp[b, :n], torch.tensor(o.logprobs), atol=1e-4, rtol=1e-4)
 
 
-def test_resume_after_token_budget_equals_uninterrupted_run(setup, varied):
+@pytest.mark.parametrize("hold", [False, True])
+def test_resume_after_token_budget_equals_uninterrupted_run(setup, varied, hold):
     tok, _, prompts = setup
     model = varied
     reqs = [GenerationRequest(p, n, greedy=True, request_id=10 + i) for i, (p, n) in enumerate(zip(prompts, LIMITS))]
     full = _engine(tok, model).generate(reqs)
     eng = _engine(tok, model, num_slots=2)
-    done, pending = eng.run_round(reqs, token_budget=9)
+    done, pending = eng.run_round(reqs, token_budget=9, hold=hold)
     assert 9 <= sum(len(o.response_ids) for o in done) + sum(len(r.prefix_ids) for r in pending) <= 10
     assert any(r.prefix_ids for r in pending) and any(not r.prefix_ids for r in pending)
     eng.load_weights(model.state_dict(), version=1)  # same weights, new version
+    eng.generate([GenerationRequest(prompts[0], 2)])  # an evaluation in between leaves held rows alone
+    prefilled = eng.stats["prefill_tokens"]
     done2, pending2 = eng.run_round(pending)
+    resumed_ctx = sum(len(r.prefix_ids) for r in pending)
+    if hold:  # kept in their slots: the resumed prefixes are not prefilled again
+        assert eng.stats["prefill_tokens"] - prefilled <= sum(len(r.prompt_ids) for r in pending if not r.prefix_ids)
+    else:  # prefix on top of the cached prompt (or the whole context)
+        assert eng.stats["prefill_tokens"] - prefilled >= resumed_ctx
     assert not pending2
     by_id = {o.request_id: o for o in done + done2}
     assert sorted(by_id) == [r.request_id for r in reqs] and len(done) + len(done2) == len(reqs)

@@ -35,14 +35,15 @@ def _engine(model, tok, eos, slots=3, topk=0, seed=0):
                             num_slots=slots, record_topk=topk)
 
 
-@pytest.mark.parametrize("retention", [0, 1, 5])
-def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retention):
+@pytest.mark.parametrize(("retention", "keep_kv"), [(0, False), (1, False), (5, False), (5, True)])
+def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retention, keep_kv):
     model = _perturbed(tiny_model_dir, 0.3, 0)
     prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
     # a frequent character as a second EOS makes lengths vary between 1 and the cap
     eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("e")]
     eng = _engine(model, tok, eos)
-    ex = RolloutExecutor(eng, prompts, max_new_tokens=24, temperature=1.0, partial=True, retention_limit=retention)
+    ex = RolloutExecutor(eng, prompts, max_new_tokens=24, temperature=1.0, partial=True, retention_limit=retention,
+                         keep_kv=keep_kv)
     delivered, mixed_versions = 0, 0
     uids = list(prompts)
     for step in range(6):
@@ -67,6 +68,8 @@ def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retentio
         assert mixed_versions == 0  # a carried sample is one version old at the next step: dropped
     if retention == 5:
         assert t["dropped_stale"] == 0 and mixed_versions > 0  # resumed samples hold tokens of two versions
+    if keep_kv:
+        assert eng._held is not None or ex.buffered() == 0  # carried rows stay in their slots
 
 
 def test_executor_state_round_trips(tiny_model_dir, tok):

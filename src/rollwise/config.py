@@ -133,6 +133,12 @@ class RolloutConfig(_Section):
         0.75, gt=0, le=1.0, description="Partial rollouts: the first round of a step ends once this share of its "
         "groups (carried ones included) has finished; the rest is carried. 0.75 trains about prompts_per_step groups "
         "a step and carries a third as many; 1 turns carrying off.")
+    partial_keep_kv: bool = Field(
+        False, description="Partial rollouts: carried sequences keep their KV cache in the engine across the weight "
+        "update instead of prefilling prompt + prefix again under the new weights (PipelineRL's in-flight update; on "
+        "a CPU a prefill costs nearly as much as decoding). Their later tokens attend to keys of older weights; the "
+        "recorded behaviour log-probs are what was sampled. The held KV is not checkpointed, so a resumed run "
+        "re-prefills and is not bit-identical.")
     retention_limit: int = Field(
         2, ge=0, description="Partial rollouts: a carried sample whose oldest token is more than this many policy "
         "versions old is dropped (and counted in rollout/dropped_stale).")
@@ -140,8 +146,9 @@ class RolloutConfig(_Section):
         False, description="SPEC-RL: when a prompt comes back, verify its previous responses under the current "
         "policy, keep the accepted prefix and generate only the rest (needs engine=continuous).")
     spec_lenience: float = Field(
-        1.6487212707, gt=0, description="Speculative reuse: accept an old token with probability "
-        "min(1, lenience * p_new / p_old); 1 is exact, larger reuses more (SPEC-RL default e^0.5).")
+        1.0, gt=0, description="Speculative reuse: accept an old token with probability "
+        "min(1, lenience * p_new / p_old). 1 is exact (the output follows the current policy); SPEC-RL uses e^0.5, "
+        "which in bench/spec_reuse.py kept 70-80% of old tokens and froze the rollouts: held-out accuracy fell.")
     spec_topk: int = Field(
         32, gt=0, description="Speculative reuse: old-distribution probabilities kept per token for the residual "
         "resampling at the first rejected token (exact when they hold all the mass).")

@@ -115,7 +115,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
                             cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed)
     replay_bank: dict[str, dict[str, Any]] = {}  # uid -> last correct response (tokens, logprobs)
     executor = RolloutExecutor(engine, ids_by_uid, ro.max_completion_length, ro.temperature, ro.partial_rollouts,
-                               ro.retention_limit, ro.speculative_reuse, ro.spec_lenience, ro.partial_stop_fraction)
+                               ro.retention_limit, ro.speculative_reuse, ro.spec_lenience, ro.partial_stop_fraction,
+                               ro.partial_keep_kv)
 
     # ---- resume
     start_step, totals = 0, {"rollouts": 0, "tokens": 0}

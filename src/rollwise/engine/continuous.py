@@ -106,8 +106,8 @@ class _Row:
         return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id, self.topk)
 
     def resumable(self) -> GenerationRequest:
-        return replace(self.req, prefix_ids=self.tokens, prefix_logprobs=self.logprobs, prefix_versions=self.versions,
-                       prefix_topk=self.topk)
+        return replace(self.req, prefix_ids=list(self.tokens), prefix_logprobs=list(self.logprobs),
+                       prefix_versions=list(self.versions), prefix_topk=list(self.topk))
 
 
 class _Slots:
@@ -198,13 +198,17 @@ class _Slots:
 
     def remove_finished(self) -> list[_Row]:
         """Drop finished rows; the last active row moves into each freed slot."""
-        done = [r for r in self.rows if r.finish is not None]
+        return self.remove(lambda r: r.finish is not None)
+
+    def remove(self, drop: Callable[[_Row], bool]) -> list[_Row]:
+        """Drop the rows `drop` selects; the last active row moves into each freed slot."""
+        done = [r for r in self.rows if drop(r)]
         if not done:
             return []
         assert self.mask is not None and self.pos is not None
         i = 0
         while i < len(self.rows):
-            if self.rows[i].finish is None:
+            if not drop(self.rows[i]):
                 i += 1
                 continue
             last = len(self.rows) - 1
@@ -257,6 +261,7 @@ class ContinuousEngine(HFEngine):
         self.prefix_cache = prefix_cache
         self.record_topk = record_topk
         self.device = next(self.model.parameters()).device
+        self._held: _Slots | None = None  # rows kept in flight by run_round(hold=True)
         self._prefix: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self.stats: dict[str, float] = dict.fromkeys(
             ("prefill_calls", "prefill_tokens", "prefix_hits", "prefill_s", "decode_calls", "decode_tokens", "decode_s",
@@ -271,7 +276,11 @@ class ContinuousEngine(HFEngine):
                  ) -> list[GenerationOutput]:
         """Generate every request to completion; outputs in request order."""
         keyed = [replace(r, request_id=i) for i, r in enumerate(requests)]
-        finished, unfinished = self.run_round(keyed, generator=generator)
+        held, self._held = self._held, None  # rows held for a later round stay out of this one
+        try:
+            finished, unfinished = self.run_round(keyed, generator=generator)
+        finally:
+            self._held = held
         assert not unfinished
         out = sorted(finished, key=lambda o: o.request_id or 0)
         for o, r in zip(out, requests):
@@ -282,19 +291,30 @@ class ContinuousEngine(HFEngine):
     def run_round(self, requests: list[GenerationRequest],
                   stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
                   token_budget: int | None = None, generator: torch.Generator | None = None,
-                  ) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
+                  hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
         """Run requests (FIFO) with the slots kept full until all finish, `stop_when(finished)` is
         True, or `token_budget` new tokens were generated this round.
 
         Returns (finished outputs in finish order, unfinished requests): sequences in flight come
         back as resumable requests (prefix = their response so far), then the never-started ones
         as given. A missing `request_id` is filled with the request's index in `requests`; give
-        ids yourself when a round mixes resumed and new requests."""
+        ids yourself when a round mixes resumed and new requests.
+
+        `hold=True` keeps the sequences in flight, KV cache included, inside the engine: a later
+        round given the same resumable request (same id and prefix length) continues it in its
+        slot instead of prefilling prompt + prefix again, even after `load_weights` (the kept
+        keys and values then come from the older weights: PipelineRL's in-flight update). Held
+        rows that the next round does not ask for are dropped."""
         gen = generator if generator is not None else self.generator
-        waiting = deque(r if r.request_id is not None else replace(r, request_id=i) for i, r in enumerate(requests))
+        requests = [r if r.request_id is not None else replace(r, request_id=i) for i, r in enumerate(requests)]
+        slots, self._held = self._held or _Slots(self.num_slots), None
+        if slots.B:
+            want = {r.request_id: len(r.prefix_ids) for r in requests}
+            slots.remove(lambda row: want.get(row.req.request_id) != len(row.tokens))
+        in_slots = {row.req.request_id for row in slots.rows}
+        waiting = deque(r for r in requests if r.request_id not in in_slots)
         headroom = max((r.max_new_tokens for r in requests), default=0)
         finished: list[GenerationOutput] = []
-        slots = _Slots(self.num_slots)
         produced, seen = 0, -1
         while slots.B or waiting:
             if token_budget is not None and produced >= token_budget:
@@ -329,6 +349,8 @@ class ContinuousEngine(HFEngine):
             self.stats["decode_tokens"] += slots.B
             self.stats["decode_s"] += time.perf_counter() - t0
             finished += [r.output() for r in slots.remove_finished()]
+        if hold and slots.rows:
+            self._held = slots
         return finished, [r.resumable() for r in slots.rows] + list(waiting)
 
     def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:

@@ -55,7 +55,7 @@ def _oldest(versions: list[int]) -> int | None:
 class RolloutExecutor:
     def __init__(self, engine: HFEngine, prompt_ids: dict[str, list[int]], max_new_tokens: int, temperature: float,
                  partial: bool = False, retention_limit: int = 2, speculative: bool = False, lenience: float = 1.0,
-                 stop_fraction: float = 0.75):
+                 stop_fraction: float = 0.75, keep_kv: bool = False):
         if (partial or speculative) and not hasattr(engine, "run_round"):
             raise ValueError("partial rollouts and speculative reuse need the continuous engine (rollout.engine=continuous)")
         self.engine = engine
@@ -65,6 +65,8 @@ class RolloutExecutor:
         self.partial = partial
         self.retention_limit = retention_limit
         self.stop_fraction = stop_fraction
+        self.keep_kv = keep_kv
+        self._next_id = 0  # request ids are unique across rounds: carried requests keep theirs
         self.speculative = speculative
         self.lenience = lenience
         self.carried: dict[str, _Group] = {}
@@ -102,12 +104,13 @@ class RolloutExecutor:
                 if isinstance(item, GenerationOutput):
                     groups[uid].done.append(item)
                 else:
-                    queue.append((uid, item))
+                    queue.append((uid, replace(item, request_id=None)))
             for k, v in self._spec_stats().items():
                 self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
         queue += fresh
-        owner = {i: uid for i, (uid, _) in enumerate(queue)}
-        reqs = [replace(q, request_id=i) for i, (_, q) in enumerate(queue)]
+        queue = [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
+        owner = {q.request_id: uid for uid, q in queue}
+        reqs = [q for _, q in queue]
         sampled0 = self._sampled()
         t0 = time.perf_counter()
         if self.partial and first_round and hasattr(self.engine, "run_round"):
@@ -125,7 +128,8 @@ class RolloutExecutor:
                 seen[0] = len(fin)
                 return complete >= target
 
-            finished, unfinished = self.engine.run_round(reqs, stop_when=stop_when)  # type: ignore[attr-defined]
+            finished, unfinished = self.engine.run_round(reqs, stop_when=stop_when,  # type: ignore[attr-defined]
+                                                         hold=self.keep_kv)
         elif hasattr(self.engine, "run_round"):
             finished, unfinished = self.engine.run_round(reqs)  # type: ignore[attr-defined]
         else:
@@ -151,6 +155,10 @@ class RolloutExecutor:
                 self.carried[uid] = g
         self._step["carried_samples"] = float(sum(len(g.pending) for g in self.carried.values()))
         return out
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
 
     def _sampled(self) -> float | None:
         st = getattr(self.engine, "stats", None)
@@ -218,9 +226,10 @@ class RolloutExecutor:
         return m
 
     def state_dict(self) -> dict[str, Any]:
-        return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals)}
+        return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals), "next_id": self._next_id}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.carried = state["carried"]
         self.bank = state["bank"]
         self.totals = dict(state["totals"])
+        self._next_id = int(state.get("next_id", 0))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from rollwise.loop import train
 
 def run(args, seed: int, spec: bool, out: Path) -> dict:
     name = f"seed{seed}-{'spec' if spec else 'plain'}"
+    shutil.rmtree(out / name, ignore_errors=True)  # a benchmark starts from scratch
     overrides = [
         f"data.train_size={args.train_size}", f"data.eval_size={args.eval_size}",
         f"rollout.prompts_per_step={args.prompts}", "rollout.num_generations=8",

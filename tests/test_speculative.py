@@ -215,3 +215,17 @@ def test_spec_rl_full_resample_shortcut_is_biased() -> None:
     tv, p_value = _compare(codes, _joint(new_t))
     assert tv > 5 * NOISE_TV
     assert p_value < 1e-12
+
+
+def test_old_distribution_from_topk_spreads_the_tail_like_p_new() -> None:
+    from rollwise.algos.speculative import old_distribution_from_topk
+
+    p_new = t([0.5, 0.2, 0.2, 0.1])
+    # old top-2: token 0 at 0.6, token 3 at 0.2; old tail mass 0.2 over tokens 1, 2 (p_new 0.2 each -> 0.1 each)
+    p_old = old_distribution_from_topk(p_new, torch.tensor([0, 3]), t([0.6, 0.2]))
+    assert_close(p_old, t([0.6, 0.1, 0.1, 0.2]))
+    full = old_distribution_from_topk(p_new, torch.tensor([0, 1, 2, 3]), t([0.4, 0.3, 0.2, 0.1]))
+    assert_close(full, t([0.4, 0.3, 0.2, 0.1]))  # the whole vocabulary stored: exactly the old distribution
+    same = old_distribution_from_topk(p_new, torch.tensor([0]), t([0.5]))
+    assert_close(same, p_new)  # the policies agree: the residual has no mass, nothing is drawn from the tail
+    assert_close(residual_distribution(p_new, same), p_new)  # (falls back to p_new only because it is empty)

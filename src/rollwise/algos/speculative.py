@@ -131,6 +131,33 @@ def residual_distribution(p_new: torch.Tensor, p_old: torch.Tensor, lenience: fl
     return torch.where(total > 0, resid / safe, p_new)
 
 
+def old_distribution_from_topk(p_new: torch.Tensor, topk_ids: torch.Tensor, topk_probs: torch.Tensor) -> torch.Tensor:
+    """The old distribution over the vocabulary, from its stored top-k.
+
+    Inside the top-k the stored probabilities are used. The remaining old mass ``1 - sum(top-k)``
+    is spread over the other tokens in proportion to ``p_new`` (the tail is assumed to keep its
+    shape). Treating the tail as 0 instead would make the residual at a rejection draw mostly
+    from ``p_new``'s low-probability tail whenever the policies are close. Exact when the top-k
+    holds all the old mass.
+
+    Args:
+        p_new (torch.Tensor): ``[V]`` current policy's probabilities.
+        topk_ids (torch.Tensor): ``[K]`` token ids of the old top-k.
+        topk_probs (torch.Tensor): ``[K]`` their old probabilities.
+
+    Returns:
+        torch.Tensor: ``[V]`` in ``p_new``'s dtype.
+    """
+    ids = topk_ids.long()
+    p_old = torch.zeros_like(p_new).scatter(0, ids, topk_probs.to(p_new.dtype))
+    outside = torch.ones_like(p_new, dtype=torch.bool).scatter(0, ids, False)
+    old_tail = (1.0 - p_old.sum()).clamp(min=0.0)
+    new_tail = p_new[outside].sum()
+    if new_tail > 0:
+        p_old = torch.where(outside, p_new * (old_tail / new_tail), p_old)
+    return p_old
+
+
 def reuse_metrics(accepted: torch.Tensor, lengths: torch.Tensor) -> Metrics:
     """Logging summary of one verification pass.
 

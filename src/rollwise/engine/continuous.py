@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from rollwise.algos.speculative import old_distribution_from_topk
 from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, _filter_logits, draw
 from rollwise.types import FinishReason
 
@@ -446,8 +447,8 @@ class ContinuousEngine(HFEngine):
         the prefix accepted token by token with probability min(1, lenience * p_new / p_old).
 
         At the first rejection a token is drawn from the residual max(0, p_new - min(p_old,
-        lenience * p_new)) (the old distribution's stored top-k stands in for p_old; the full
-        p_new is used where an old response has no top-k). Each item comes back complete (a
+        lenience * p_new)), with p_old rebuilt from its stored top-k (`old_distribution_from_topk`;
+        the full p_new is used where an old response has no top-k). Each item comes back complete (a
         GenerationOutput: fully accepted, or the resampled token ended it) or as a request to
         continue from the accepted prefix. Kept tokens carry the current weights' log-probs and
         version; their distribution is the current policy's (exactly so at lenience <= 1 with
@@ -495,8 +496,7 @@ class ContinuousEngine(HFEngine):
         if n < L:  # resample the first rejected position from the residual
             p_new = logp_full[n].exp()  # [V]
             if len(old.topk) > n:
-                oi, op = old.topk[n]
-                p_old = torch.zeros_like(p_new).scatter(0, oi.long(), op.float())
+                p_old = old_distribution_from_topk(p_new, *old.topk[n])
             else:
                 p_old = p_new
                 self.stats["spec_no_topk"] = self.stats.get("spec_no_topk", 0) + 1

@@ -144,7 +144,8 @@ class RolloutConfig(_Section):
         "versions old is dropped (and counted in rollout/dropped_stale).")
     speculative_reuse: bool = Field(
         False, description="SPEC-RL: when a prompt comes back, verify its previous responses under the current "
-        "policy, keep the accepted prefix and generate only the rest (needs engine=continuous).")
+        "policy, keep the accepted prefix and generate only the rest (needs engine=continuous). The engine then "
+        "runs in fp32: in bf16 decoding and verification round differently and reject tokens for nothing.")
     spec_lenience: float = Field(
         1.0, gt=0, description="Speculative reuse: accept an old token with probability "
         "min(1, lenience * p_new / p_old). 1 is exact (the output follows the current policy); SPEC-RL uses e^0.5, "

@@ -96,8 +96,12 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     model = load_model(path, torch.float32)
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     ro = cfg.rollout
-    engine_args = (model, eos_ids, tokenizer.pad_token_id, DTYPES[cfg.model.dtype], ro.batch_size, ro.top_p, ro.top_k,
-                   cfg.run.seed)  # the engine keeps its own copy in the compute dtype, built before LoRA
+    # The engine keeps its own copy in the compute dtype, built before LoRA. Speculative reuse runs it in
+    # fp32: in bf16, decoding and the one-pass verification round differently and a third of the tokens
+    # were rejected with the weights unchanged (bench/spec_same_weights.py).
+    engine_dtype = torch.float32 if ro.speculative_reuse else DTYPES[cfg.model.dtype]
+    engine_args = (model, eos_ids, tokenizer.pad_token_id, engine_dtype, ro.batch_size, ro.top_p, ro.top_k,
+                   cfg.run.seed)
     engine = (ContinuousEngine(*engine_args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0)
               if ro.engine == "continuous" else HFEngine(*engine_args))
     if cfg.model.lora.enabled:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rollwise.algos.speculative import old_distribution_from_topk
+from rollwise.algos.speculative import old_distribution_from_topk, residual_distribution, speculative_accept
 from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, _filter_logits, draw
 from rollwise.types import FinishReason
 
@@ -266,7 +266,8 @@ class ContinuousEngine(HFEngine):
         self._prefix: OrderedDict[tuple[int, ...], _Entry] = OrderedDict()
         self.stats: dict[str, float] = dict.fromkeys(
             ("prefill_calls", "prefill_tokens", "prefix_hits", "prefill_s", "decode_calls", "decode_tokens", "decode_s",
-             "sampled_tokens"),
+             "sampled_tokens", "spec_candidates", "spec_old_tokens", "spec_accepted_tokens", "spec_full_reuse",
+             "spec_no_topk", "spec_verify_s"),
             0.0)
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -379,10 +380,11 @@ class ContinuousEngine(HFEngine):
             pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [u, L]
             logits, cache = self._forward(ids, attn, pos, None)
             kv = _get_kv(cache)
+            prompts = {tuple(r.req.prompt_ids) for r in rows}
             for b, c in enumerate(todo):
                 fresh[c] = ([(k[b, :, L - len(c):].clone(), v[b, :, L - len(c):].clone()) for k, v in kv],
                             logits[b].clone())
-                if self.prefix_cache > 0 and any(tuple(r.req.prompt_ids) == c for r in rows):
+                if self.prefix_cache > 0 and c in prompts:
                     self._remember(c, fresh[c])
             self.stats["prefill_calls"] += 1
             self.stats["prefill_tokens"] += int(attn.sum())
@@ -453,8 +455,6 @@ class ContinuousEngine(HFEngine):
         continue from the accepted prefix. Kept tokens carry the current weights' log-probs and
         version; their distribution is the current policy's (exactly so at lenience <= 1 with
         full top-k). Counts go to `stats` (spec_*)."""
-        from rollwise.algos.speculative import residual_distribution, speculative_accept
-
         gen = generator if generator is not None else self.generator
         out: list[GenerationOutput | GenerationRequest] = []
         t0 = time.perf_counter()
@@ -466,13 +466,12 @@ class ContinuousEngine(HFEngine):
             hidden = self._extend(bases, [olds[j].response_ids or [self.pad] for j in chunk])[1]  # [u, q, H]
             for c, j in enumerate(chunk):
                 out.append(self._verify_one(prompts[j], olds[j], bases[c][1], hidden[c], lenience, temperature,
-                                            max_new_tokens, gen, residual_distribution, speculative_accept))
-        self.stats["spec_verify_s"] = self.stats.get("spec_verify_s", 0.0) + time.perf_counter() - t0
+                                            max_new_tokens, gen))
+        self.stats["spec_verify_s"] += time.perf_counter() - t0
         return out
 
     def _verify_one(self, prompt: list[int], old: GenerationOutput, first_logits: torch.Tensor, hidden: torch.Tensor,
                     lenience: float, temperature: float, max_new: int, gen: torch.Generator,
-                    residual_distribution: Callable[..., torch.Tensor], speculative_accept: Callable[..., int],
                     ) -> GenerationOutput | GenerationRequest:
         ids = old.response_ids[:max_new]
         L = len(ids)
@@ -490,22 +489,22 @@ class ContinuousEngine(HFEngine):
             tp, ti = logp_full[: n + 1].topk(min(K, logp_full.shape[-1]), dim=-1)  # [n+1, K]
             topk = [(ti[i].int(), tp[i].exp().to(torch.float16)) for i in range(ti.shape[0])]
         tokens, lps = list(ids[:n]), new_lp[:n].tolist()
-        self.stats["spec_candidates"] = self.stats.get("spec_candidates", 0) + 1
-        self.stats["spec_old_tokens"] = self.stats.get("spec_old_tokens", 0) + L
-        self.stats["spec_accepted_tokens"] = self.stats.get("spec_accepted_tokens", 0) + n
+        self.stats["spec_candidates"] += 1
+        self.stats["spec_old_tokens"] += L
+        self.stats["spec_accepted_tokens"] += n
         if n < L:  # resample the first rejected position from the residual
             p_new = logp_full[n].exp()  # [V]
             if len(old.topk) > n:
                 p_old = old_distribution_from_topk(p_new, *old.topk[n])
             else:
                 p_old = p_new
-                self.stats["spec_no_topk"] = self.stats.get("spec_no_topk", 0) + 1
+                self.stats["spec_no_topk"] += 1
             t = int(draw(residual_distribution(p_new, p_old, lenience)[None], gen)[0])
             tokens.append(t)
             lps.append(float(logp_full[n, t]))
             self.stats["sampled_tokens"] += 1
         else:
-            self.stats["spec_full_reuse"] = self.stats.get("spec_full_reuse", 0) + 1
+            self.stats["spec_full_reuse"] += 1
         row = _Row(GenerationRequest(list(prompt), max_new, temperature), tokens, lps, [self.version] * len(tokens),
                    topk=topk[: len(tokens)])
         row.check(self.eos)

@@ -122,7 +122,7 @@ class RolloutExecutor:
             def stop_when(fin: list[GenerationOutput]) -> bool:
                 nonlocal complete
                 for o in fin[seen[0]:]:
-                    uid = owner[o.request_id or 0]
+                    uid = owner[o.request_id]
                     counts[uid] += 1
                     complete += counts[uid] == groups[uid].expected
                 seen[0] = len(fin)
@@ -140,9 +140,9 @@ class RolloutExecutor:
         new_tokens = (self._sampled() - sampled0) if sampled0 is not None else sum(len(o.response_ids) for o in finished)
         self._step["generated_tokens"] = self._step.get("generated_tokens", 0.0) + new_tokens
         for o in finished:
-            groups[owner[o.request_id or 0]].done.append(o)
+            groups[owner[o.request_id]].done.append(o)
         for q in unfinished:
-            groups[owner[q.request_id or 0]].pending.append(q)
+            groups[owner[q.request_id]].pending.append(q)
         out = RoundOutput({}, {})
         for uid, g in groups.items():
             if g.complete and not g.pending:

@@ -320,6 +320,27 @@ class RunConfig(_Section):
     tensorboard: bool = Field(True, description="Write TensorBoard events.")
 
 
+class DistributedConfig(_Section):
+    async_training: bool = Field(
+        False, description="Generate the next batches while the trainer updates on this one (AReaL-style). "
+        "Staleness is bounded by max_staleness; pair with algo.offpolicy_correction=decoupled (or tis).")
+    max_staleness: int = Field(
+        1, ge=0, description="Asynchronous training: the batch trained at version v was started at version v - "
+        "max_staleness or later (AReaL's eta: at most (eta + v + 1) batches accepted or running). 0 is the "
+        "synchronous loop.")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="Where rollout workers run: local (a thread in this process; correct but shares the "
+        "GIL with the trainer) or ray (Ray actors, each its own process, restarted if it dies).")
+    rollout_workers: int = Field(1, gt=0, description="Rollout workers; each prompt's group goes to one of them.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster address for backend=ray (default: start Ray on this machine's cores).")
+    worker_threads: int = Field(1, gt=0, description="torch threads (and Ray CPUs) per rollout worker.")
+    weight_sync_tokens: int = Field(
+        256, gt=0, description="Asynchronous training: a worker checks for new weights after this many sampled "
+        "tokens; sequences in flight keep their tokens and continue under the new weights (their KV is "
+        "recomputed unless rollout.partial_keep_kv).")
+
+
 class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig, description="Model.")
     data: DataConfig = Field(default_factory=DataConfig, description="Tasks and prompts.")
@@ -330,6 +351,8 @@ class Config(_Section):
     planner: PlannerConfig = Field(default_factory=PlannerConfig, description="Rollout planning.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
     run: RunConfig = Field(default_factory=RunConfig, description="Run folder, seed, logging.")
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig,
+                                           description="Asynchronous training and rollout workers (Ray).")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
@@ -346,6 +369,15 @@ class Config(_Section):
         if r.speculative_reuse and (r.top_p < 1.0 or r.top_k):
             raise ValueError("rollout.speculative_reuse=true needs plain temperature sampling (rollout.top_p=1, "
                              "rollout.top_k=0): the acceptance test compares full-distribution probabilities")
+        d = self.distributed
+        if d.async_training or d.backend == "ray":
+            for flag in ("partial_rollouts", "speculative_reuse"):
+                if getattr(r, flag):
+                    raise ValueError(f"rollout.{flag}=true is not supported with rollout workers yet "
+                                     "(distributed.async_training or distributed.backend=ray): turn one of them off")
+            if r.engine != "continuous":
+                raise ValueError("rollout workers (distributed.async_training or distributed.backend=ray) need "
+                                 f"rollout.engine=continuous, got {r.engine}")
         return self
 
 

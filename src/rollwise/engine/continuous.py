@@ -274,6 +274,10 @@ class ContinuousEngine(HFEngine):
         super().load_weights(state_dict, version)
         self._prefix.clear()  # prefilled KV belongs to the old weights
 
+    def drop_held(self) -> None:
+        """Forget the sequences held by run_round(hold=True); a later round prefills them again."""
+        self._held = None
+
     def generate(self, requests: list[GenerationRequest], generator: torch.Generator | None = None
                  ) -> list[GenerationOutput]:
         """Generate every request to completion; outputs in request order."""

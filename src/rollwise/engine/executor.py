@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,7 +56,8 @@ def _oldest(versions: list[int]) -> int | None:
 class RolloutExecutor:
     def __init__(self, engine: HFEngine, prompt_ids: dict[str, list[int]], max_new_tokens: int, temperature: float,
                  partial: bool = False, retention_limit: int = 2, speculative: bool = False, lenience: float = 1.0,
-                 stop_fraction: float = 0.75, keep_kv: bool = False):
+                 stop_fraction: float = 0.75, keep_kv: bool = False, sync_tokens: int | None = None,
+                 between: Callable[[], bool] | None = None):
         if (partial or speculative) and not hasattr(engine, "run_round"):
             raise ValueError("partial rollouts and speculative reuse need the continuous engine (rollout.engine=continuous)")
         self.engine = engine
@@ -66,6 +68,11 @@ class RolloutExecutor:
         self.retention_limit = retention_limit
         self.stop_fraction = stop_fraction
         self.keep_kv = keep_kv
+        # In-flight weight updates (asynchronous training): every `sync_tokens` sampled tokens the round
+        # pauses and calls `between()`, which returns True when it loaded new weights; sequences in flight
+        # keep their tokens and continue, their KV recomputed under the new weights unless keep_kv.
+        self.sync_tokens = sync_tokens
+        self.between = between
         self._next_id = 0  # request ids are unique across rounds: carried requests keep theirs
         self.speculative = speculative
         self.lenience = lenience
@@ -128,10 +135,9 @@ class RolloutExecutor:
                 seen[0] = len(fin)
                 return complete >= target
 
-            finished, unfinished = self.engine.run_round(reqs, stop_when=stop_when,  # type: ignore[attr-defined]
-                                                         hold=self.keep_kv)
+            finished, unfinished = self._run(reqs, stop_when, hold=self.keep_kv)
         elif hasattr(self.engine, "run_round"):
-            finished, unfinished = self.engine.run_round(reqs)  # type: ignore[attr-defined]
+            finished, unfinished = self._run(reqs)
         else:
             finished, unfinished = self.engine.generate(reqs), []
             for q, o in zip(reqs, finished):
@@ -155,6 +161,26 @@ class RolloutExecutor:
                 self.carried[uid] = g
         self._step["carried_samples"] = float(sum(len(g.pending) for g in self.carried.values()))
         return out
+
+    def _run(self, reqs: list[GenerationRequest], stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
+             hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
+        """engine.run_round, cut into chunks of `sync_tokens` with `between()` called after each."""
+        engine: Any = self.engine
+        if self.between is None or not self.sync_tokens:
+            return engine.run_round(reqs, stop_when=stop_when, hold=hold)
+        finished: list[GenerationOutput] = []
+        pending = reqs
+        while True:
+            stop = None if stop_when is None else (lambda fin, done=finished: stop_when(done + fin))
+            fin, pending = engine.run_round(pending, stop_when=stop, token_budget=self.sync_tokens, hold=True)
+            finished += fin
+            if not pending or (stop_when is not None and stop_when(finished)):
+                break
+            if self.between() and not self.keep_kv:
+                engine.drop_held()  # AReaL: in-flight sequences are re-prefilled under the new weights
+        if not hold:
+            engine.drop_held()
+        return finished, pending
 
     def _new_id(self) -> int:
         self._next_id += 1

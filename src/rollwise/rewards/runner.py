@@ -143,6 +143,7 @@ class RewardRunner:
         for name in self.names:
             resolve(name)  # fail fast: ConfigError naming the function
         self.restarts = 0
+        self._lock = threading.Lock()
         self._proc: Any = None
         self._conn: Connection | None = None
         self._finalizer: Finalize | None = None
@@ -202,6 +203,11 @@ class RewardRunner:
     # -- scoring
 
     def score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
+        """Weighted rewards for completions[i] answering items[i]."""
+        with self._lock:  # one worker, one pipe: the asynchronous loop scores from two threads
+            return self._score(completions, items)
+
+    def _score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
         """Weighted rewards for completions[i] answering items[i]."""
         if len(completions) != len(items):
             raise ValueError(f"score: {len(completions)} completions but {len(items)} items")

@@ -1,0 +1,191 @@
+"""The asynchronous loop: rollout workers produce the next batches while the trainer updates.
+
+Two threads in this process, plus the workers (threads here, or Ray actors):
+
+* the **producer** plans, generates (through the `RolloutPool`), scores and assembles batch
+  k with the same `produce_batch` the synchronous loop uses, then queues it;
+* the **trainer** (main thread) takes batch k, updates, and publishes version k + 1 to the
+  weight store. Workers pick new weights up between chunks of generation, so sequences in
+  flight continue under them with their tokens kept and every token tagged with its version.
+
+Staleness (AReaL): batch k may start only once the trainer is at version v >= k - eta, so
+at most (eta + v + 1) batches are accepted or running at version v, and every token of a
+batch trained at version k was sampled at version k - eta or later. eta = 0 is the
+synchronous loop. At a checkpoint step the producer waits for the checkpoint, so it holds
+exactly what was produced for the steps before it and a resumed run continues from there.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from rollwise.config import Config
+from rollwise.distributed.pool import RolloutPool, init_ray
+from rollwise.distributed.store import LocalWeightStore, RayWeightStore
+from rollwise.distributed.worker import WorkerSpec
+from rollwise.engine.factory import engine_dtype
+from rollwise.loop import (
+    Produced,
+    Run,
+    RunResult,
+    finish,
+    is_checkpoint_step,
+    is_last_step,
+    produce_batch,
+    report_step,
+    run_eval,
+    save,
+    setup,
+    step_metrics,
+)
+from rollwise.models import merged_state_dict
+from rollwise.ui import StepProgress
+
+
+class StalenessGate:
+    """Lets the producer start batch k once the trainer's version allows it (AReaL's bound)."""
+
+    def __init__(self, version: int, eta: int, cfg: Config) -> None:
+        self.version, self.eta, self.cfg = version, eta, cfg
+        self.stopped = False
+        self._cond = threading.Condition()
+
+    def allows(self, k: int) -> bool:
+        if k > self.version + self.eta:
+            return False
+        # a checkpoint at step c <= k must be written before batch k starts
+        return not any(is_checkpoint_step(self.cfg, c) for c in range(self.version + 1, k + 1))
+
+    def wait(self, k: int) -> bool:
+        """Block until batch k may start; False when the run is stopping."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.stopped or self.allows(k))
+            return not self.stopped
+
+    def advance(self, version: int) -> None:
+        with self._cond:
+            self.version = version
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self.stopped = True
+            self._cond.notify_all()
+
+
+def _producer(run: Run, pool: RolloutPool, gate: StalenessGate, out: queue.Queue) -> None:
+    try:
+        for k in range(run.start_step, run.cfg.train.max_steps):
+            tw = time.perf_counter()
+            if not gate.wait(k):
+                return
+            waited = time.perf_counter() - tw
+            started = gate.version
+            produced = produce_batch(run, k, pool)
+            produced.executor_metrics.update({"async/producer_wait_s": waited,
+                                              "async/started_at_version": float(started)})
+            out.put(produced)
+    except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
+        out.put(e)
+
+
+def _next_batch(out: queue.Queue, thread: threading.Thread) -> Produced:
+    while True:
+        try:
+            item = out.get(timeout=1.0)
+        except queue.Empty:
+            if not thread.is_alive():
+                raise RuntimeError("the rollout producer stopped without a batch") from None
+            continue
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+def staleness(batch: list[Any], version: int) -> list[int]:
+    """Per trained sample: the trainer's version minus the oldest version among its tokens."""
+    return [version - min(s.versions) for s in batch if not s.stop_gradient and s.versions and min(s.versions) >= 0]
+
+
+def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
+    d = cfg.distributed
+    eta = d.max_staleness if d.async_training else 0
+    run = setup(cfg, resume)
+    started_ray = False
+    if d.backend == "ray":
+        started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, d.rollout_workers * d.worker_threads))
+        store: Any = RayWeightStore(engine_dtype(cfg))
+    else:
+        store = LocalWeightStore(engine_dtype(cfg))
+    store.publish(merged_state_dict(run.model), run.start_step)
+    spec = WorkerSpec(cfg, run.model_path, run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid, cfg.run.seed)
+    pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
+    if run.state is not None and "pool" in run.state["extra"]:
+        pool.load_state_dict(run.state["extra"]["pool"])
+    eval_version = [-1]
+
+    def evaluate_now(step: int) -> dict[str, float]:
+        if eval_version[0] != step:  # the evaluation engine gets the trainer's weights only when it needs them
+            run.engine.load_weights(merged_state_dict(run.model), version=step)
+            eval_version[0] = step
+        return run_eval(run, step)
+
+    if run.start_step == 0 and cfg.eval.at_start:
+        run.result.eval_before = evaluate_now(0)
+
+    gate = StalenessGate(run.start_step, eta, cfg)
+    batches: queue.Queue = queue.Queue()
+    producer = threading.Thread(target=_producer, args=(run, pool, gate, batches), name="rollwise-producer",
+                                daemon=True)
+    progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
+    last_step = run.start_step
+    producer.start()
+    try:
+        for step in range(run.start_step, cfg.train.max_steps):
+            t0 = time.perf_counter()
+            produced = _next_batch(batches, producer)
+            waited = time.perf_counter() - t0
+            stale = staleness(produced.batch, step)
+            if stale and max(stale) > eta:  # the gate makes this impossible; never train on it silently
+                raise RuntimeError(f"step {step + 1}: a sample is {max(stale)} versions stale, over the bound {eta}")
+
+            tt = time.perf_counter()
+            metrics: dict[str, float] = run.trainer.compute_advantages(produced.batch)
+            metrics.update(run.trainer.update(produced.batch))
+            store.publish(merged_state_dict(run.model), step + 1)
+            metrics["time/train_s"] = time.perf_counter() - tt
+
+            step_metrics(run, produced, metrics)
+            done = is_last_step(run, step + 1)
+            checkpoint = done or is_checkpoint_step(cfg, step + 1)
+            if not checkpoint:
+                gate.advance(step + 1)  # the producer may start the next batch while we log and evaluate
+            metrics.update({"async/staleness_max": float(max(stale, default=0)),
+                            "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
+                            "async/trainer_wait_s": waited, "async/max_staleness": float(eta)})
+            metrics["time/step_s"] = time.perf_counter() - t0
+            report_step(run, step + 1, produced, metrics, progress)
+            if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
+                progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
+            if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
+                save(run, step + 1, {"pool": pool.state_dict()})
+                gate.advance(step + 1)
+            if done:
+                last_step = step + 1
+                break
+    finally:
+        gate.stop()
+        progress.close()
+        producer.join(timeout=None if d.backend == "local" else 5.0)
+        pool.close()
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    if cfg.eval.at_end and last_step > run.start_step:
+        run.engine.load_weights(merged_state_dict(run.model), version=last_step)
+    return finish(run, last_step, quiet)

@@ -1,0 +1,116 @@
+"""Rollout workers behind the rollout executor's interface (`generate`, `step_tokens`, `metrics`).
+
+A round's requests are dealt to the workers by prompt (a group never spans two workers)
+and generated in parallel. With backend=ray each worker is an actor with unlimited
+restarts and task retries: if its process dies mid-round, Ray starts a new one (which
+loads the newest weights) and runs the interrupted call again, so every requested sample
+still comes back. The pool notices the new incarnation and counts the restart.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+from rollwise.distributed.worker import RolloutWorker, WorkerSpec
+from rollwise.engine.executor import RoundOutput
+from rollwise.planner.base import Request
+
+
+def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
+    """Start (or join) Ray; True when this call started it (so we shut it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token written under the home folder
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=True)
+    return True
+
+
+class RolloutPool:
+    def __init__(self, spec: WorkerSpec, store: Any, backend: str = "local", num_workers: int = 1) -> None:
+        self.backend = backend
+        self.store = store
+        self.carried: dict[str, Any] = {}  # workers carry nothing across steps (no partial rollouts yet)
+        self.restarts = 0
+        self._tokens = 0
+        self._stats: list[dict[str, Any]] = []
+        specs = [replace(spec, seed=spec.seed + 7919 * i) for i in range(num_workers)]
+        if backend == "ray":
+            import ray
+
+            threads = spec.cfg.distributed.worker_threads
+            actor = ray.remote(RolloutWorker).options(num_cpus=threads, max_restarts=-1, max_task_retries=-1)
+            self.workers = [actor.remote(s, store) for s in specs]
+            self._incarnations = ray.get([w.ping.remote() for w in self.workers])
+        else:
+            self.workers = [RolloutWorker(replace(s, set_threads=False), store) for s in specs]
+            self._incarnations = [w.incarnation for w in self.workers]
+
+    # ------------------------------------------------------------------ the executor's interface
+    def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
+        n = len(self.workers)
+        parts: list[list[Request]] = [[] for _ in range(n)]
+        for i, r in enumerate(requests):
+            parts[i % n].append(r)
+        busy = [i for i in range(n) if parts[i]]
+        if self.backend == "ray":
+            import ray
+
+            results = ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy])
+        else:
+            results = [self.workers[i].generate(parts[i], first_round) for i in busy]
+        out = RoundOutput({}, {})
+        for i, (o, stats) in zip(busy, results):
+            for uid, outs in o.groups.items():
+                out.groups.setdefault(uid, []).extend(outs)
+            for uid, outs in o.adopted.items():
+                out.adopted.setdefault(uid, []).extend(outs)
+            self._tokens += int(stats["tokens"])
+            if stats["incarnation"] != self._incarnations[i]:
+                self.restarts += 1
+                self._incarnations[i] = stats["incarnation"]
+            self._stats.append(stats)
+        return out
+
+    def step_tokens(self) -> int:
+        return self._tokens
+
+    def metrics(self) -> dict[str, float]:
+        """This batch's pool metrics (reset on read)."""
+        m = {"rollout/generated_tokens": float(self._tokens), "async/worker_restarts": float(self.restarts)}
+        self._tokens, self._stats = 0, []
+        return m
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        if self.backend == "ray":
+            import ray
+
+            return {"workers": ray.get([w.state_dict.remote() for w in self.workers])}
+        return {"workers": [w.state_dict() for w in self.workers]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        states = state.get("workers", [])
+        if len(states) != len(self.workers):
+            return  # a different number of workers: they start with fresh sampling streams
+        if self.backend == "ray":
+            import ray
+
+            ray.get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)])
+        else:
+            for w, s in zip(self.workers, states):
+                w.load_state_dict(s)
+
+    def close(self) -> None:
+        if self.backend == "ray":
+            import ray
+
+            for w in self.workers:
+                ray.kill(w)
+        self.workers = []

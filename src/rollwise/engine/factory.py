@@ -1,0 +1,26 @@
+"""Build the configured engine; the synchronous loop and every rollout worker use this one function."""
+
+from __future__ import annotations
+
+import torch
+
+from rollwise.config import Config
+from rollwise.engine.continuous import ContinuousEngine
+from rollwise.engine.hf import HFEngine
+from rollwise.models import DTYPES
+
+
+def engine_dtype(cfg: Config) -> torch.dtype:
+    # Speculative reuse runs the engine in fp32: in bf16, decoding and the one-pass verification round
+    # differently and a third of the tokens were rejected with the weights unchanged
+    # (bench/spec_same_weights.py).
+    return torch.float32 if cfg.rollout.speculative_reuse else DTYPES[cfg.model.dtype]
+
+
+def build_engine(cfg: Config, model: torch.nn.Module, eos_ids: list[int], pad_id: int, seed: int) -> HFEngine:
+    """The engine keeps its own copy of `model` in the compute dtype (build it before LoRA is applied)."""
+    ro = cfg.rollout
+    args = (model, eos_ids, pad_id, engine_dtype(cfg), ro.batch_size, ro.top_p, ro.top_k, seed)
+    if ro.engine == "continuous":
+        return ContinuousEngine(*args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0)
+    return HFEngine(*args)

@@ -43,6 +43,12 @@ def test_eta_zero_reproduces_the_synchronous_loop(tiny_model_dir, tmp_path):
     assert sync == async0
     rows = _rows(tmp_path / "async0")
     assert all(r["async/staleness_max"] == 0 for r in rows)
+    # and a killed asynchronous run resumes to the same metrics (the producer waits at checkpoints)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 2,
+                                 [*base, "eval.at_end=false", "distributed.async_training=true",
+                                  "distributed.max_staleness=0"])]) == 0
+    assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=4", "eval.at_end=true"]) == 0
+    assert _comparable(tmp_path / "half") == async0
 
 
 def test_staleness_bound_holds_on_every_trained_sample(tiny_model_dir, tmp_path):

@@ -44,6 +44,9 @@ class ModelConfig(_Section):
         description="Compute dtype for generation and forward/backward; master weights and "
         "optimizer state stay float32.",
     )
+    device: Literal["cpu", "cuda"] = Field(
+        "cpu", description="Where the trainer (and the hf/continuous engines) run. cuda is experimental: it has not "
+        "run on a GPU in this project's CI.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
     cache_dir: str | None = Field(
         None, description="Where built-in models are converted to (default ~/.cache/rollwise)."
@@ -120,9 +123,13 @@ class RolloutConfig(_Section):
     top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
     batch_size: int = Field(64, gt=0, description="Sequences generated together in one batch (hf engine); "
                             "the most prompts prefilled in one forward (continuous engine).")
-    engine: Literal["hf", "continuous"] = Field(
+    engine: Literal["hf", "continuous", "vllm"] = Field(
         "continuous", description="Generation engine: continuous keeps `num_slots` sequences decoding and refills a "
-        "slot as soon as its sequence ends; hf decodes static batches of `batch_size`.")
+        "slot as soon as its sequence ends; hf decodes static batches of `batch_size`; vllm (GPU, pip install "
+        "'rollwise[vllm]', experimental) runs vLLM in this process or in each rollout worker.")
+    vllm_gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1.0, description="engine=vllm: share of the GPU's memory vLLM may take (leave room for the "
+        "trainer when they share a GPU).")
     num_slots: int | None = Field(None, gt=0, description="Sequences decoding together in the continuous engine "
                                   "(default: batch_size).")
     partial_rollouts: bool = Field(
@@ -335,6 +342,8 @@ class DistributedConfig(_Section):
     ray_address: str | None = Field(
         None, description="Ray cluster address for backend=ray (default: start Ray on this machine's cores).")
     worker_threads: int = Field(1, gt=0, description="torch threads (and Ray CPUs) per rollout worker.")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per rollout worker (backend=ray; a fraction "
+                               "lets workers share a GPU with each other or the trainer).")
     weight_sync_tokens: int = Field(
         256, gt=0, description="Asynchronous training: a worker checks for new weights after this many sampled "
         "tokens; sequences in flight keep their tokens and continue under the new weights (their KV is "
@@ -375,9 +384,9 @@ class Config(_Section):
                 if getattr(r, flag):
                     raise ValueError(f"rollout.{flag}=true is not supported with rollout workers yet "
                                      "(distributed.async_training or distributed.backend=ray): turn one of them off")
-            if r.engine != "continuous":
+            if r.engine == "hf":
                 raise ValueError("rollout workers (distributed.async_training or distributed.backend=ray) need "
-                                 f"rollout.engine=continuous, got {r.engine}")
+                                 "rollout.engine=continuous or vllm (they pause and resume sequences), got hf")
         return self
 
 

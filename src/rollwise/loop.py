@@ -23,7 +23,7 @@ from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
 from rollwise.evaluate import evaluate, is_correct
-from rollwise.models import apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
+from rollwise.models import ModelError, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
 from rollwise.planner import GroupResult, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
@@ -134,8 +134,12 @@ def setup(cfg: Config, resume: str | None = None) -> Run:
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tokenizer = load_tokenizer(path)
     model = load_model(path, torch.float32)
+    if cfg.model.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelError("model.device=cuda but torch sees no CUDA device; use model.device=cpu")
+        model = model.to("cuda")
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
-    engine = build_engine(cfg, model, eos_ids, tokenizer.pad_token_id, cfg.run.seed)
+    engine = build_engine(cfg, model, eos_ids, tokenizer.pad_token_id, cfg.run.seed, path)
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model)
     trainer = PolicyTrainer(cfg, model, tokenizer.pad_token_id)

@@ -26,9 +26,9 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token written under the home folder
     if address:
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=False)
     else:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=True)
+        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
     return True
 
 
@@ -45,7 +45,8 @@ class RolloutPool:
             import ray
 
             threads = spec.cfg.distributed.worker_threads
-            actor = ray.remote(RolloutWorker).options(num_cpus=threads, max_restarts=-1, max_task_retries=-1)
+            actor = ray.remote(RolloutWorker).options(num_cpus=threads, num_gpus=spec.cfg.distributed.worker_gpus,
+                                                      max_restarts=-1, max_task_retries=-1)
             self.workers = [actor.remote(s, store) for s in specs]
             self._incarnations = ray.get([w.ping.remote() for w in self.workers])
         else:

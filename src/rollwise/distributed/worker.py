@@ -39,7 +39,10 @@ class RolloutWorker:
         if spec.set_threads:
             torch.set_num_threads(spec.cfg.distributed.worker_threads)
         cfg = spec.cfg
-        self.engine = build_engine(cfg, load_model(spec.model_path, torch.float32), spec.eos_ids, spec.pad_id, spec.seed)
+        model = None if cfg.rollout.engine == "vllm" else load_model(spec.model_path, torch.float32)
+        if model is not None and cfg.model.device == "cuda":
+            model = model.to("cuda")
+        self.engine = build_engine(cfg, model, spec.eos_ids, spec.pad_id, spec.seed, spec.model_path)  # type: ignore[arg-type]
         ro = cfg.rollout
         self.executor = RolloutExecutor(self.engine, spec.prompt_ids, ro.max_completion_length, ro.temperature,
                                         keep_kv=ro.partial_keep_kv, sync_tokens=cfg.distributed.weight_sync_tokens,

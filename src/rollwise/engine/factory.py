@@ -17,9 +17,18 @@ def engine_dtype(cfg: Config) -> torch.dtype:
     return torch.float32 if cfg.rollout.speculative_reuse else DTYPES[cfg.model.dtype]
 
 
-def build_engine(cfg: Config, model: torch.nn.Module, eos_ids: list[int], pad_id: int, seed: int) -> HFEngine:
-    """The engine keeps its own copy of `model` in the compute dtype (build it before LoRA is applied)."""
+def build_engine(cfg: Config, model: torch.nn.Module, eos_ids: list[int], pad_id: int, seed: int,
+                 model_path: str | None = None) -> HFEngine:
+    """The engine keeps its own copy of `model` in the compute dtype (build it before LoRA is applied);
+    vLLM loads `model_path` itself and receives the trainer's weights through `load_weights`."""
     ro = cfg.rollout
+    if ro.engine == "vllm":
+        from rollwise.engine.vllm import VLLMEngine
+
+        if model_path is None:
+            raise ValueError("rollout.engine=vllm needs the model's folder")
+        return VLLMEngine(model_path, eos_ids, pad_id, engine_dtype(cfg), ro.top_p, ro.top_k, seed,  # type: ignore[return-value]
+                          ro.vllm_gpu_memory_utilization, cfg.data.max_prompt_length + ro.max_completion_length)
     args = (model, eos_ids, pad_id, engine_dtype(cfg), ro.batch_size, ro.top_p, ro.top_k, seed)
     if ro.engine == "continuous":
         return ContinuousEngine(*args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0)

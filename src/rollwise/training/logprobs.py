@@ -23,6 +23,10 @@ class PackedBatch:
     response_mask: torch.Tensor  # [B, R] 1 on real response tokens
     prompt_len: int  # P
 
+    def to(self, device: torch.device) -> PackedBatch:
+        return PackedBatch(self.input_ids.to(device), self.attention_mask.to(device), self.position_ids.to(device),
+                           self.response_ids.to(device), self.response_mask.to(device), self.prompt_len)
+
 
 def pack(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> PackedBatch:
     B = len(prompts)
@@ -90,8 +94,8 @@ def response_logprobs(
             lp, en = _head_chunk(*args)
         logps.append(lp)
         ents.append(en)
-    logp = torch.zeros(sel.shape, dtype=torch.float32)
-    ent = torch.zeros(sel.shape, dtype=torch.float32)
+    logp = torch.zeros(sel.shape, dtype=torch.float32, device=sel.device)
+    ent = torch.zeros(sel.shape, dtype=torch.float32, device=sel.device)
     if logps:
         logp = logp.masked_scatter(sel, torch.cat(logps))
         ent = ent.masked_scatter(sel, torch.cat(ents))

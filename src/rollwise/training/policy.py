@@ -92,6 +92,7 @@ class PolicyTrainer:
         self.model = model
         self.pad_id = pad_id
         self.dtype = DTYPES[cfg.model.dtype]
+        self.device = next(model.parameters()).device
         params = [p for p in model.parameters() if p.requires_grad]
         t = cfg.train
         self.optimizer = torch.optim.AdamW(
@@ -130,8 +131,7 @@ class PolicyTrainer:
     # ------------------------------------------------------------------ update
     def _autocast(self):
         enabled = self.dtype != torch.float32
-        return torch.autocast("cpu", dtype=self.dtype, enabled=enabled) if not torch.cuda.is_available() else \
-            torch.autocast("cuda", dtype=self.dtype, enabled=enabled)
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=enabled)
 
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """num_iterations optimizer steps on `samples` (advantages already set)."""
@@ -175,7 +175,8 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             total_loss = 0.0
             for mi, rws in enumerate(micro):
-                batch = pack([r.sample.prompt_ids for r in rws], [r.sample.response_ids for r in rws], self.pad_id)
+                batch = pack([r.sample.prompt_ids for r in rws], [r.sample.response_ids for r in rws],
+                             self.pad_id).to(self.device)
                 mask = batch.response_mask.clone()  # [b, R]
                 for b, r in enumerate(rws):
                     if r.mask_len == 0:
@@ -186,10 +187,10 @@ class PolicyTrainer:
                     )  # [b, R]
                 if it == 0:
                     old[mi] = logp.detach()  # proximal log-probs: the weights at the start of the update
-                behaviour, resumed = _behaviour_tensors(rws, logp.shape[1])  # [b, R], [b, R]
+                behaviour, resumed = (t.to(self.device) for t in _behaviour_tensors(rws, logp.shape[1]))  # [b, R]
                 c = correct(logp, behaviour, mask, resumed, old[mi], **correct_opts)
                 keep = c.mask  # [b, R]; the input mask minus the tokens the correction drops
-                adv = torch.tensor([r.sample.advantage for r in rws], dtype=torch.float32)  # [b]
+                adv = torch.tensor([r.sample.advantage for r in rws], dtype=torch.float32, device=self.device)  # [b]
                 kwargs = {"epsilon": a.epsilon, "epsilon_high": eps_high}
                 if a.policy_loss == "ppo_clip":
                     kwargs["dual_clip"] = a.dual_clip

@@ -1,0 +1,162 @@
+"""The `vllm` engine (GPU, optional extra `pip install rollwise[vllm]`). EXPERIMENTAL: it has
+not yet run on a GPU in this project's CI; tests skip without CUDA.
+
+It speaks the same protocol as the HF engines:
+
+* `generate(requests)`: every request to completion, outputs in request order;
+* `run_round(requests, stop_when, token_budget, hold)`: requests stepped through vLLM's
+  engine (`add_request` / `step`), stopped early when `stop_when(finished)` or the token
+  budget says so; unfinished requests are aborted and come back resumable (prompt plus the
+  response so far as prefix, with its log-probs and versions), so the executor's partial
+  rollouts and the asynchronous loop's in-flight weight updates work unchanged. `hold` is
+  accepted but vLLM's KV cache is not kept across rounds (its prefix cache often still hits);
+* `load_weights(state_dict, version)`: in-place update of the model inside vLLM's worker
+  (`collective_rpc`), then its prefix cache is reset.
+
+Behaviour log-probs are vLLM's processed log-probs (after temperature and top-k/top-p), the
+distribution the token was sampled from, like the HF engines record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rollwise.engine.hf import GenerationOutput, GenerationRequest
+
+
+class VLLMUnavailable(RuntimeError):
+    """vLLM is not installed or no CUDA device is present; the message says what to do."""
+
+
+def vllm_available() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _load_weights_in_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
+    worker.model_runner.model.load_weights(weights=weights)
+
+
+class VLLMEngine:
+    def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int, dtype: torch.dtype = torch.bfloat16,
+                 top_p: float = 1.0, top_k: int = 0, seed: int = 0, gpu_memory_utilization: float = 0.3,
+                 max_model_len: int | None = None) -> None:
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise VLLMUnavailable("rollout.engine=vllm needs vLLM: pip install 'rollwise[vllm]' (a CUDA machine)") from None
+        if not torch.cuda.is_available():
+            raise VLLMUnavailable("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=continuous")
+        # the engine core in this process: weights can then be handed over without a copy through IPC
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.llm = LLM(model=model_path, dtype=str(dtype).removeprefix("torch."), seed=seed,
+                       gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                       enable_prefix_caching=True, logprobs_mode="processed_logprobs")
+        self.eos = list(eos_token_ids)
+        self.pad = pad_token_id
+        self.top_p, self.top_k = top_p, top_k
+        self.version = 0
+        self.seed = seed
+        self._ids = itertools.count()
+        self.stats: dict[str, float] = {"sampled_tokens": 0.0}
+
+    # ------------------------------------------------------------------ protocol
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        self.llm.collective_rpc(_load_weights_in_worker, args=(list(state_dict.items()),))
+        self.llm.reset_prefix_cache()
+        self.version = version
+
+    def generate(self, requests: list[GenerationRequest], generator: Any = None) -> list[GenerationOutput]:
+        keyed = [GenerationRequest(**{**r.__dict__, "request_id": i}) for i, r in enumerate(requests)]
+        finished, unfinished = self.run_round(keyed)
+        assert not unfinished
+        out = sorted(finished, key=lambda o: o.request_id or 0)
+        for o, r in zip(out, requests):
+            o.request_id = r.request_id
+        return out
+
+    def run_round(self, requests: list[GenerationRequest],
+                  stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
+                  token_budget: int | None = None, generator: Any = None,
+                  hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
+        from vllm.inputs import TokensPrompt
+
+        engine = self.llm.llm_engine
+        live: dict[str, GenerationRequest] = {}
+        latest: dict[str, Any] = {}
+        for i, r in enumerate(requests):
+            rid = r.request_id if r.request_id is not None else i
+            r = r if r.request_id is not None else GenerationRequest(**{**r.__dict__, "request_id": rid})
+            key = f"rw-{next(self._ids)}"
+            live[key] = r
+            engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
+                               self._params(r))
+        finished: list[GenerationOutput] = []
+        produced, seen = 0, -1
+        while live:
+            if token_budget is not None and produced >= token_budget:
+                break
+            if stop_when is not None and len(finished) != seen:
+                seen = len(finished)
+                if stop_when(finished):
+                    break
+            for ro in engine.step():
+                if ro.request_id not in live:
+                    continue
+                before = len(latest[ro.request_id].token_ids) if ro.request_id in latest else 0
+                latest[ro.request_id] = ro.outputs[0]
+                produced += len(ro.outputs[0].token_ids) - before
+                if ro.finished:
+                    finished.append(self._output(live.pop(ro.request_id), ro.outputs[0]))
+        self.stats["sampled_tokens"] += produced
+        unfinished = []
+        if live:
+            engine.abort_request(list(live))
+            for key, r in live.items():
+                unfinished.append(self._resumable(r, latest.get(key)))
+        return finished, unfinished
+
+    def drop_held(self) -> None:
+        """Nothing is held across rounds: vLLM re-prefills resumed sequences (its prefix cache may hit)."""
+
+    def state_dict(self) -> dict:
+        return {"version": self.version}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.version = int(state["version"])
+
+    # ------------------------------------------------------------------ helpers
+    def _params(self, r: GenerationRequest) -> Any:
+        from vllm import SamplingParams
+
+        left = max(1, r.max_new_tokens - len(r.prefix_ids))
+        if r.greedy:
+            return SamplingParams(temperature=0.0, max_tokens=left, logprobs=0, stop_token_ids=self.eos)
+        return SamplingParams(temperature=r.temperature, top_p=self.top_p, top_k=self.top_k or -1, max_tokens=left,
+                              logprobs=0, stop_token_ids=self.eos, seed=None)
+
+    @staticmethod
+    def _sampled_logprobs(out: Any) -> list[float]:
+        return [float(d[t].logprob) for t, d in zip(out.token_ids, out.logprobs or [])]
+
+    def _output(self, r: GenerationRequest, out: Any) -> GenerationOutput:
+        ids = list(out.token_ids)
+        reason = "stop" if out.finish_reason == "stop" else "length"
+        return GenerationOutput(list(r.prefix_ids) + ids, list(r.prefix_logprobs) + self._sampled_logprobs(out),
+                                list(r.prefix_versions) + [self.version] * len(ids), reason, request_id=r.request_id)
+
+    def _resumable(self, r: GenerationRequest, out: Any) -> GenerationRequest:
+        if out is None:
+            return r
+        ids = list(out.token_ids)
+        return GenerationRequest(r.prompt_ids, r.max_new_tokens, r.temperature, r.greedy,
+                                 list(r.prefix_ids) + ids, list(r.prefix_logprobs) + self._sampled_logprobs(out),
+                                 list(r.prefix_versions) + [self.version] * len(ids), r.request_id)

@@ -1,0 +1,49 @@
+"""The vllm engine (experimental): runs only where vLLM and a CUDA GPU exist; skipped elsewhere."""
+
+import pytest
+import torch
+
+from rollwise.engine import GenerationRequest
+from rollwise.engine.vllm import VLLMUnavailable, vllm_available
+
+needs_vllm = pytest.mark.skipif(not vllm_available(), reason="needs vLLM and a CUDA GPU")
+
+
+def test_clear_error_without_vllm_or_cuda(tiny_model_dir):
+    if vllm_available():
+        pytest.skip("vLLM and CUDA are present")
+    from rollwise.engine.vllm import VLLMEngine
+
+    with pytest.raises(VLLMUnavailable, match="rollout.engine"):
+        VLLMEngine(str(tiny_model_dir), [1], 0)
+
+
+@needs_vllm
+def test_vllm_generates_with_logprobs_resumes_and_loads_weights(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from rollwise.engine.vllm import VLLMEngine
+
+    eng = VLLMEngine(str(tiny_model_dir), [1], 0, torch.float32, gpu_memory_utilization=0.2, max_model_len=256)
+    reqs = [GenerationRequest([5, 6, 7, 8], 24, temperature=1.0) for _ in range(8)]
+    outs = eng.generate(reqs)
+    assert all(len(o.response_ids) == len(o.logprobs) == len(o.versions) > 0 for o in outs)
+    assert all(lp <= 0 for o in outs for lp in o.logprobs)
+    # behaviour log-probs are the model's: compare with a fresh forward on the GPU
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).cuda()
+    ids = torch.tensor([[5, 6, 7, 8] + outs[0].response_ids], device="cuda")
+    with torch.no_grad():
+        logp = model(ids).logits[0, 3:-1].float().log_softmax(-1)
+    ref = logp.gather(-1, ids[0, 4:].unsqueeze(-1)).squeeze(-1).cpu()
+    assert torch.allclose(ref, torch.tensor(outs[0].logprobs), atol=2e-2)
+    # a round cut by a token budget comes back resumable and finishes with its prefix kept
+    fin, unfinished = eng.run_round([GenerationRequest([5, 6, 7], 40, request_id=i) for i in range(4)], token_budget=8)
+    assert unfinished and all(u.prefix_ids for u in unfinished if u.prefix_ids is not None)
+    fin2, rest = eng.run_round(unfinished)
+    assert not rest and len(fin) + len(fin2) == 4
+    # weights load in place: zeroed weights change greedy output
+    greedy = [GenerationRequest([5, 6, 7, 8], 8, greedy=True)]
+    before = eng.generate(greedy)[0].response_ids
+    eng.load_weights({k: torch.zeros_like(v) for k, v in model.state_dict().items()}, version=3)
+    after = eng.generate(greedy)[0]
+    assert after.response_ids != before and after.versions == [3] * len(after.response_ids)

@@ -24,7 +24,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rollwise.algos.speculative import old_distribution_from_topk, residual_distribution, speculative_accept
-from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, _filter_logits, draw
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, RoundStop, _filter_logits, draw
 from rollwise.types import FinishReason
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [n, heads, T, d]
@@ -321,14 +321,10 @@ class ContinuousEngine(HFEngine):
         waiting = deque(r for r in requests if r.request_id not in in_slots)
         headroom = max((r.max_new_tokens for r in requests), default=0)
         finished: list[GenerationOutput] = []
-        produced, seen = 0, -1
+        produced, stop = 0, RoundStop(stop_when, token_budget)
         while slots.B or waiting:
-            if token_budget is not None and produced >= token_budget:
+            if stop(produced, finished):
                 break
-            if stop_when is not None and len(finished) != seen:
-                seen = len(finished)
-                if stop_when(finished):
-                    break
             t0 = time.perf_counter()
             free = self.num_slots - slots.B
             if free > 0 and waiting:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +45,22 @@ class GenerationOutput:
     # Per token (ids [K], probs [K]) of the distribution it was sampled from; empty unless the
     # engine's `record_topk` > 0 (speculative reuse needs them to resample a rejected token).
     topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+
+class RoundStop:
+    """When an engine round ends early: `token_budget` new tokens produced, or `stop_when(finished)`
+    true (asked only when `finished` has grown). Shared by every engine's run_round."""
+
+    def __init__(self, stop_when: Callable[[list[GenerationOutput]], bool] | None, token_budget: int | None):
+        self.stop_when, self.token_budget, self._seen = stop_when, token_budget, -1
+
+    def __call__(self, produced: int, finished: list[GenerationOutput]) -> bool:
+        if self.token_budget is not None and produced >= self.token_budget:
+            return True
+        if self.stop_when is not None and len(finished) != self._seen:
+            self._seen = len(finished)
+            return self.stop_when(finished)
+        return False
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rollwise.engine.hf import GenerationOutput, GenerationRequest
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, RoundStop
 
 
 class VLLMUnavailable(RuntimeError):
@@ -100,14 +100,10 @@ class VLLMEngine:
             engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
                                self._params(r))
         finished: list[GenerationOutput] = []
-        produced, seen = 0, -1
+        produced, stop = 0, RoundStop(stop_when, token_budget)
         while live:
-            if token_budget is not None and produced >= token_budget:
+            if stop(produced, finished):
                 break
-            if stop_when is not None and len(finished) != seen:
-                seen = len(finished)
-                if stop_when(finished):
-                    break
             for ro in engine.step():
                 if ro.request_id not in live:
                     continue

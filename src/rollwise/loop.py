@@ -27,7 +27,13 @@ from rollwise.models import ModelError, apply_lora, load_model, load_tokenizer, 
 from rollwise.planner import GroupResult, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
-from rollwise.training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from rollwise.training.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint_state,
+    load_checkpoint_weights,
+    save_checkpoint,
+    set_rng_state,
+)
 from rollwise.training.policy import PolicyTrainer
 from rollwise.types import PromptItem, Sample
 from rollwise.ui import StepProgress, print_summary
@@ -98,7 +104,8 @@ class Run:
     tracker: Tracker
     result: RunResult
     start_step: int = 0
-    state: dict[str, Any] | None = None  # the loaded checkpoint
+    state: dict[str, Any] | None = None  # the loaded checkpoint's state
+    checkpoint: Path | None = None  # and its folder
     replay_bank: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> last correct response
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
 
@@ -117,8 +124,36 @@ class Produced:
     executor_metrics: dict[str, float]
 
 
-def setup(cfg: Config, resume: str | None = None) -> Run:
-    """Seed, run folder, data, rewards, model, engine, trainer, planner; the checkpoint's state when resuming."""
+def load_policy(cfg: Config, path: str) -> torch.nn.Module:
+    """The policy in fp32 master weights on `model.device` (LoRA is applied later, by `make_trainer`)."""
+    model = load_model(path, torch.float32)
+    if cfg.model.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelError("model.device=cuda but torch sees no CUDA device; use model.device=cpu")
+        model = model.to("cuda")
+    return model
+
+
+def make_trainer(cfg: Config, model: torch.nn.Module, pad_id: int, state: dict[str, Any] | None = None,
+                 ckpt: Path | None = None) -> tuple[torch.nn.Module, PolicyTrainer]:
+    """LoRA (when enabled) and the trainer; weights, optimizer and scheduler from a checkpoint when given."""
+    if cfg.model.lora.enabled:
+        model = apply_lora(model, cfg.model)
+    trainer = PolicyTrainer(cfg, model, pad_id)
+    if ckpt is not None:
+        load_checkpoint_weights(ckpt, model)
+        state = state if state is not None else load_checkpoint_state(ckpt)
+    if state is not None:
+        trainer.optimizer.load_state_dict(state["trainer"]["optimizer"])
+        trainer.scheduler.load_state_dict(state["trainer"]["scheduler"])
+    return model, trainer
+
+
+def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> Run:
+    """Seed, run folder, data, rewards, model, engine, trainer, planner; the checkpoint's state when resuming.
+
+    `with_trainer=False` (the trainer runs elsewhere, as a Ray actor) keeps only the engine's copy
+    of the policy here; `run.model` and `run.trainer` are then None."""
     t_start = time.perf_counter()
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
@@ -133,16 +168,9 @@ def setup(cfg: Config, resume: str | None = None) -> Run:
     # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tokenizer = load_tokenizer(path)
-    model = load_model(path, torch.float32)
-    if cfg.model.device == "cuda":
-        if not torch.cuda.is_available():
-            raise ModelError("model.device=cuda but torch sees no CUDA device; use model.device=cpu")
-        model = model.to("cuda")
+    model: Any = load_policy(cfg, path)
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     engine = build_engine(cfg, model, eos_ids, tokenizer.pad_token_id, cfg.run.seed, path)
-    if cfg.model.lora.enabled:
-        model = apply_lora(model, cfg.model)
-    trainer = PolicyTrainer(cfg, model, tokenizer.pad_token_id)
 
     train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
     ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
@@ -154,19 +182,23 @@ def setup(cfg: Config, resume: str | None = None) -> Run:
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    state = load_checkpoint_state(ckpt) if ckpt is not None else None
+    trainer: Any = None
+    if with_trainer:
+        model, trainer = make_trainer(cfg, model, tokenizer.pad_token_id, state, ckpt)
+    else:
+        model = None  # the engine holds its own copy
     run = Run(cfg, run_dir, runner, cfg.reward.functions[0].name, tokenizer, model, path, eos_ids, engine, trainer,
               {it.uid: it for it in train_items}, ids_by_uid, [eval_items[i] for i in eval_keep],
               [eval_ids[i] for i in eval_keep], planner, None, RunResult(run_dir))  # type: ignore[arg-type]
-    if ckpt is not None:
-        state = load_checkpoint(ckpt, model)
-        trainer.optimizer.load_state_dict(state["trainer"]["optimizer"])
-        trainer.scheduler.load_state_dict(state["trainer"]["scheduler"])
+    if state is not None:
         planner.load_state_dict(state["extra"]["planner"])
         run.replay_bank = state["extra"]["replay_bank"]
         run.totals = state["extra"]["totals"]
         run.start_step = state["step"]
-        run.state = state
-        set_rng_state(state["rng"])
+        run.state, run.checkpoint = state, ckpt
+        # a trainer that ran as a Ray actor saved its own RNG in "rng" and this process's in "driver_rng"
+        set_rng_state(state["extra"].get("driver_rng", state["rng"]))
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:
@@ -285,6 +317,7 @@ def is_checkpoint_step(cfg: Config, step: int) -> bool:
 
 
 def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
+    """Checkpoint the trainer (in this process) with the planner's and the rollout side's state."""
     save_checkpoint(run.run_dir, step, run.model,
                     {"optimizer": run.trainer.optimizer.state_dict(), "scheduler": run.trainer.scheduler.state_dict()},
                     {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,

@@ -3,6 +3,7 @@
 * `store`: where the trainer publishes weights and workers pick them up (in process, or a Ray actor);
 * `worker`: one rollout worker (an engine plus the rollout executor), run in process or as a Ray actor;
 * `pool`: the workers behind the executor's interface, restarted by Ray when one dies;
+* `learner`: the trainer side (update, publish, checkpoint), in process or as a Ray actor;
 * `async_loop`: generation and training at once, with AReaL's staleness bound.
 """
 

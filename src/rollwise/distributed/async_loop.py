@@ -1,11 +1,12 @@
 """The asynchronous loop: rollout workers produce the next batches while the trainer updates.
 
-Two threads in this process, plus the workers (threads here, or Ray actors):
+Two threads in this process, plus the workers and the learner (in this process, or Ray
+actors with backend=ray):
 
 * the **producer** plans, generates (through the `RolloutPool`), scores and assembles batch
   k with the same `produce_batch` the synchronous loop uses, then queues it;
-* the **trainer** (main thread) takes batch k, updates, and publishes version k + 1 to the
-  weight store. Workers pick new weights up between chunks of generation, so sequences in
+* the **trainer** (main thread) takes batch k and has the learner update on it and publish
+  version k + 1 to the weight store. Workers pick new weights up between chunks of generation, so sequences in
   flight continue under them with their tokens kept and every token tagged with its version.
 
 Staleness (AReaL): batch k may start only once the trainer is at version v >= k - eta, so
@@ -24,6 +25,7 @@ import time
 from typing import Any
 
 from rollwise.config import Config
+from rollwise.distributed.learner import Learner, TrainerActor
 from rollwise.distributed.pool import RolloutPool, init_ray
 from rollwise.distributed.store import LocalWeightStore, RayWeightStore
 from rollwise.distributed.worker import WorkerSpec
@@ -38,11 +40,10 @@ from rollwise.loop import (
     produce_batch,
     report_step,
     run_eval,
-    save,
     setup,
     step_metrics,
 )
-from rollwise.models import merged_state_dict
+from rollwise.training.checkpoint import rng_state
 from rollwise.ui import StepProgress
 
 
@@ -111,27 +112,50 @@ def staleness(batch: list[Any], version: int) -> list[int]:
     return [version - min(s.versions) for s in batch if not s.stop_gradient and s.versions and min(s.versions) >= 0]
 
 
+def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
+    """(learner, call): the trainer in this process, or a Ray actor (backend=ray); `call(method, *args)`."""
+    cfg = run.cfg
+    if cfg.distributed.backend != "ray":
+        learner = Learner(cfg, run.model, run.trainer, store, run.run_dir)
+        return learner, lambda method, *args: getattr(learner, method)(*args)
+    import ray
+
+    actor = ray.remote(TrainerActor).options(num_cpus=cfg.run.torch_threads or 1,
+                                             num_gpus=1 if cfg.model.device == "cuda" else 0)
+    handle = actor.remote(cfg, run.model_path, run.tokenizer.pad_token_id, store, str(run.run_dir),
+                          str(run.checkpoint) if run.checkpoint else None, run.state["rng"] if run.state else None)
+    ray.get(handle.ready.remote())
+    return handle, lambda method, *args: ray.get(getattr(handle, method).remote(*args))
+
+
 def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
     d = cfg.distributed
     eta = d.max_staleness if d.async_training else 0
-    run = setup(cfg, resume)
+    # with backend=ray the trainer is a Ray actor: this process keeps only the evaluation engine's copy
+    run = setup(cfg, resume, with_trainer=d.backend != "ray")
     started_ray = False
     if d.backend == "ray":
-        started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, d.rollout_workers * d.worker_threads))
+        need = d.rollout_workers * d.worker_threads + (cfg.run.torch_threads or 1)
+        started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, need))
         store: Any = RayWeightStore(engine_dtype(cfg))
     else:
         store = LocalWeightStore(engine_dtype(cfg))
-    store.publish(merged_state_dict(run.model), run.start_step)
+    learner, call = _make_learner(run, store)
+    call("publish", run.start_step)
     spec = WorkerSpec(cfg, run.model_path, run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid, cfg.run.seed)
     pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
     if run.state is not None and "pool" in run.state["extra"]:
         pool.load_state_dict(run.state["extra"]["pool"])
     eval_version = [-1]
 
+    def load_eval_weights() -> None:
+        got = store.latest(eval_version[0])  # the evaluation engine takes the store's newest weights when it needs them
+        if got is not None:
+            run.engine.load_weights(got[1], version=got[0])
+            eval_version[0] = got[0]
+
     def evaluate_now(step: int) -> dict[str, float]:
-        if eval_version[0] != step:  # the evaluation engine gets the trainer's weights only when it needs them
-            run.engine.load_weights(merged_state_dict(run.model), version=step)
-            eval_version[0] = step
+        load_eval_weights()
         return run_eval(run, step)
 
     if run.start_step == 0 and cfg.eval.at_start:
@@ -154,9 +178,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                 raise RuntimeError(f"step {step + 1}: a sample is {max(stale)} versions stale, over the bound {eta}")
 
             tt = time.perf_counter()
-            metrics: dict[str, float] = run.trainer.compute_advantages(produced.batch)
-            metrics.update(run.trainer.update(produced.batch))
-            store.publish(merged_state_dict(run.model), step + 1)
+            metrics: dict[str, float] = call("update", produced.batch, step + 1)  # publishes version step + 1
             metrics["time/train_s"] = time.perf_counter() - tt
 
             step_metrics(run, produced, metrics)
@@ -172,11 +194,14 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
                 progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
             if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
-                save(run, step + 1, {"pool": pool.state_dict()})
+                call("save", step + 1, {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank,
+                                        "totals": run.totals, "pool": pool.state_dict(), "driver_rng": rng_state()})
                 gate.advance(step + 1)
             if done:
                 last_step = step + 1
                 break
+        if cfg.eval.at_end and last_step > run.start_step:
+            load_eval_weights()
     finally:
         gate.stop()
         progress.close()
@@ -186,6 +211,4 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             import ray
 
             ray.shutdown()
-    if cfg.eval.at_end and last_step > run.start_step:
-        run.engine.load_weights(merged_state_dict(run.model), version=last_step)
     return finish(run, last_step, quiet)

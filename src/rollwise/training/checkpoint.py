@@ -73,11 +73,19 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
+def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
     weights = load_file(str(path / "weights.safetensors"))
     missing = [k for k in weights if k not in model.state_dict()]
     if missing:
         raise CheckpointError(f"checkpoint {path} does not match the model (unknown tensors such as {missing[0]})")
     model.load_state_dict(weights, strict=False)
-    state = torch.load(path / "state.pt", weights_only=False)
-    return state
+
+
+def load_checkpoint_state(path: Path) -> dict[str, Any]:
+    """Optimizer, scheduler, RNG, planner and loop state (everything but the weights)."""
+    return torch.load(Path(path) / "state.pt", weights_only=False)
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
+    load_checkpoint_weights(path, model)
+    return load_checkpoint_state(path)

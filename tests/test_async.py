@@ -105,5 +105,15 @@ def test_killed_ray_worker_is_restarted_and_loses_no_samples(tiny_model_dir, tmp
         assert all(len(v) == 4 for v in out.groups.values())
         assert all(o.versions == [0] * len(o.response_ids) for v in out.groups.values() for o in v)
         pool.close()
+        # a worker that keeps dying stops the run with a clear error instead of looping forever
+        marker2 = tmp_path / "died-again"
+        store = DyingStore(torch.float32, marker=str(marker2), die_at=2, times=10)
+        store.publish(load_model(str(tiny_model_dir)).state_dict(), 0)
+        spec.cfg.distributed.max_worker_restarts = 1
+        pool = RolloutPool(spec, store, "ray", 1)
+        with pytest.raises(RuntimeError, match="max_worker_restarts=1"):
+            pool.generate([Request(uid, 4) for uid in prompts])
+        assert int(marker2.read_text()) == 2
+        pool.close()
     finally:
         ray.shutdown()

@@ -113,3 +113,15 @@ def test_executor_options_need_the_continuous_engine():
         load_config(None, ["rollout.speculative_reuse=true", "rollout.top_p=0.9"])
     cfg = load_config(None, ["rollout.partial_rollouts=true", "rollout.speculative_reuse=true"])
     assert cfg.rollout.engine == "continuous"
+
+
+def test_rollout_workers_refuse_what_they_cannot_do_yet():
+    for flag in ("partial_rollouts", "speculative_reuse"):
+        with pytest.raises(ConfigError, match=f"rollout.{flag}=true is not supported with rollout workers"):
+            load_config(None, ["distributed.async_training=true", f"rollout.{flag}=true"])
+    with pytest.raises(ConfigError, match="continuous or vllm"):
+        load_config(None, ["distributed.backend=ray", "rollout.engine=hf"])
+    with pytest.raises(ConfigError, match="max_staleness"):
+        load_config(None, ["distributed.max_staleness=-1"])
+    cfg = load_config(None, ["distributed.async_training=true", "distributed.backend=ray"])
+    assert cfg.distributed.rollout_workers == 1 and cfg.distributed.max_staleness == 1

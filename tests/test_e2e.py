@@ -139,3 +139,12 @@ def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir,
     assert full == _train_lines(tmp_path / "half")
     assert sum(r["spec/tokens_reused"] for r in full) > 0
     assert any(r["rollout/buffered"] > 0 for r in full) or any(r["offpolicy/resumed_frac"] > 0 for r in full)
+
+
+def test_cuda_device_without_cuda_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "cuda", 1, ["model.device=cuda"])]) == 2
+    assert "model.device=cuda" in capsys.readouterr().err

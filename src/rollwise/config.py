@@ -207,7 +207,7 @@ class AlgoConfig(_Section):
 
 
 class TrainConfig(_Section):
-    max_steps: int = Field(30, gt=0, description="Training steps (one step = one generated batch).")
+    max_steps: int = Field(40, gt=0, description="Training steps (one step = one generated batch).")
     max_rollout_tokens: int | None = Field(
         None, gt=0, description="Also stop once this many response tokens were generated (a rollout budget)."
     )
@@ -342,6 +342,9 @@ class DistributedConfig(_Section):
     ray_address: str | None = Field(
         None, description="Ray cluster address for backend=ray (default: start Ray on this machine's cores).")
     worker_threads: int = Field(1, gt=0, description="torch threads (and Ray CPUs) per rollout worker.")
+    max_worker_restarts: int = Field(
+        3, ge=0, description="backend=ray: times Ray restarts a rollout worker that died (its interrupted call runs "
+        "again, nothing is lost); one more death stops the run with an error (resume from the last checkpoint).")
     worker_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per rollout worker (backend=ray; a fraction "
                                "lets workers share a GPU with each other or the trainer).")
     weight_sync_tokens: int = Field(

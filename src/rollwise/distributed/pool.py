@@ -38,15 +38,16 @@ class RolloutPool:
         self.store = store
         self.carried: dict[str, Any] = {}  # workers carry nothing across steps (no partial rollouts yet)
         self.restarts = 0
+        self.workers_restarts_allowed = spec.cfg.distributed.max_worker_restarts
         self._tokens = 0
         self._stats: list[dict[str, Any]] = []
         specs = [replace(spec, seed=spec.seed + 7919 * i) for i in range(num_workers)]
         if backend == "ray":
             import ray
 
-            threads = spec.cfg.distributed.worker_threads
-            actor = ray.remote(RolloutWorker).options(num_cpus=threads, num_gpus=spec.cfg.distributed.worker_gpus,
-                                                      max_restarts=-1, max_task_retries=-1)
+            d = spec.cfg.distributed
+            actor = ray.remote(RolloutWorker).options(num_cpus=d.worker_threads, num_gpus=d.worker_gpus,
+                                                      max_restarts=d.max_worker_restarts, max_task_retries=-1)
             self.workers = [actor.remote(s, store) for s in specs]
             self._incarnations = ray.get([w.ping.remote() for w in self.workers])
         else:
@@ -63,7 +64,14 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            results = ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy])
+            try:
+                results = ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy])
+            except ray.exceptions.ActorDiedError as e:
+                raise RuntimeError(
+                    f"a rollout worker died more than distributed.max_worker_restarts="
+                    f"{self.workers_restarts_allowed} times; its last error: {str(e).splitlines()[0]}. Resume from the "
+                    "last checkpoint (rollwise train --resume RUN_DIR); Ray's logs are under /tmp/ray/session_latest/logs"
+                ) from None
         else:
             results = [self.workers[i].generate(parts[i], first_round) for i in busy]
         out = RoundOutput({}, {})

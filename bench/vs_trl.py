@@ -117,10 +117,10 @@ def main() -> int:
         res = train(cfg, quiet=True)
         rw_wall = time.perf_counter() - t0
         rw_times = [h["time/step_s"] for h in res.history]
-        from rollwise.training.checkpoint import latest_checkpoint, load_checkpoint
+        from rollwise.training.checkpoint import latest_checkpoint, load_checkpoint_weights
 
         m = load_model(resolve_model_path(cfg.model.name_or_path))
-        load_checkpoint(latest_checkpoint(res.run_dir), m)
+        load_checkpoint_weights(latest_checkpoint(res.run_dir), m)
         rw_acc = score_model(m, cfg, eval_items, eval_ids, tok, runner)
         r = {
             "rollwise_acc": rw_acc, "trl_acc": trl_acc,

@@ -43,7 +43,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.loop import _as_list, set_threads
     from rollwise.models import DTYPES, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
     from rollwise.rewards import RewardRunner
-    from rollwise.training.checkpoint import load_checkpoint
+    from rollwise.training.checkpoint import load_checkpoint_weights
 
     cfg, ckpt = _target_config(args.target, args.items)
     set_threads(cfg.run.torch_threads)
@@ -55,7 +55,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     if ckpt is not None:
         if cfg.model.lora.enabled:
             model = apply_lora(model, cfg.model)
-        load_checkpoint(ckpt, model)
+        load_checkpoint_weights(ckpt, model)
     eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     base = model.get_base_model() if hasattr(model, "peft_config") else model
     engine = HFEngine(base, eos, tok.pad_token_id, DTYPES[cfg.model.dtype], cfg.eval.batch_size,

@@ -144,8 +144,7 @@ def make_trainer(cfg: Config, model: torch.nn.Module, pad_id: int, state: dict[s
         load_checkpoint_weights(ckpt, model)
         state = state if state is not None else load_checkpoint_state(ckpt)
     if state is not None:
-        trainer.optimizer.load_state_dict(state["trainer"]["optimizer"])
-        trainer.scheduler.load_state_dict(state["trainer"]["scheduler"])
+        trainer.load_state_dict(state["trainer"])
     return model, trainer
 
 
@@ -316,12 +315,15 @@ def is_checkpoint_step(cfg: Config, step: int) -> bool:
     return step == cfg.train.max_steps or bool(cfg.run.save_every and step % cfg.run.save_every == 0)
 
 
+def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's `extra`: planner, replay bank and totals, plus the rollout side's state."""
+    return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals, **rollout_state}
+
+
 def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
-    """Checkpoint the trainer (in this process) with the planner's and the rollout side's state."""
-    save_checkpoint(run.run_dir, step, run.model,
-                    {"optimizer": run.trainer.optimizer.state_dict(), "scheduler": run.trainer.scheduler.state_dict()},
-                    {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
-                     **rollout_state}, run.cfg.run.keep_checkpoints)
+    """Checkpoint the trainer (in this process) with the loop's state."""
+    save_checkpoint(run.run_dir, step, run.model, run.trainer.state_dict(), loop_state(run, rollout_state),
+                    run.cfg.run.keep_checkpoints)
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:

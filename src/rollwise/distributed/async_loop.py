@@ -37,6 +37,7 @@ from rollwise.loop import (
     finish,
     is_checkpoint_step,
     is_last_step,
+    loop_state,
     produce_batch,
     report_step,
     run_eval,
@@ -194,8 +195,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
                 progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
             if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
-                call("save", step + 1, {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank,
-                                        "totals": run.totals, "pool": pool.state_dict(), "driver_rng": rng_state()})
+                call("save", step + 1, loop_state(run, {"pool": pool.state_dict(), "driver_rng": rng_state()}))
                 gate.advance(step + 1)
             if done:
                 last_step = step + 1

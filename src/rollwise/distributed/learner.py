@@ -35,10 +35,7 @@ class Learner:
         return metrics
 
     def save(self, step: int, extra: dict[str, Any]) -> None:
-        save_checkpoint(self.run_dir, step, self.model,
-                        {"optimizer": self.trainer.optimizer.state_dict(),
-                         "scheduler": self.trainer.scheduler.state_dict()},
-                        extra, self.cfg.run.keep_checkpoints)
+        save_checkpoint(self.run_dir, step, self.model, self.trainer.state_dict(), extra, self.cfg.run.keep_checkpoints)
 
 
 class TrainerActor(Learner):

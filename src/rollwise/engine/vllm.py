@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -75,7 +76,7 @@ class VLLMEngine:
         self.version = version
 
     def generate(self, requests: list[GenerationRequest], generator: Any = None) -> list[GenerationOutput]:
-        keyed = [GenerationRequest(**{**r.__dict__, "request_id": i}) for i, r in enumerate(requests)]
+        keyed = [replace(r, request_id=i) for i, r in enumerate(requests)]
         finished, unfinished = self.run_round(keyed)
         assert not unfinished
         out = sorted(finished, key=lambda o: o.request_id or 0)
@@ -94,7 +95,7 @@ class VLLMEngine:
         latest: dict[str, Any] = {}
         for i, r in enumerate(requests):
             rid = r.request_id if r.request_id is not None else i
-            r = r if r.request_id is not None else GenerationRequest(**{**r.__dict__, "request_id": rid})
+            r = r if r.request_id is not None else replace(r, request_id=rid)
             key = f"rw-{next(self._ids)}"
             live[key] = r
             engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),

@@ -208,7 +208,6 @@ class RewardRunner:
             return self._score(completions, items)
 
     def _score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
-        """Weighted rewards for completions[i] answering items[i]."""
         if len(completions) != len(items):
             raise ValueError(f"score: {len(completions)} completions but {len(items)} items")
         n, nf = len(items), len(self.names)

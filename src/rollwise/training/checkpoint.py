@@ -85,7 +85,3 @@ def load_checkpoint_state(path: Path) -> dict[str, Any]:
     """Optimizer, scheduler, RNG, planner and loop state (everything but the weights)."""
     return torch.load(Path(path) / "state.pt", weights_only=False)
 
-
-def load_checkpoint(path: Path, model: torch.nn.Module) -> dict[str, Any]:
-    load_checkpoint_weights(path, model)
-    return load_checkpoint_state(path)

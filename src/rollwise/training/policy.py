@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -109,6 +110,14 @@ class PolicyTrainer:
                 p.requires_grad_(False)
         if t.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer and scheduler state (the weights are checkpointed separately)."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, samples: list[Sample]) -> dict[str, float]:

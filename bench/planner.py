@@ -1,11 +1,18 @@
 """Planner strategies in real training: held-out accuracy against rollout tokens.
 
-    .venv/bin/python bench/planner.py --strategies uniform dapo mopps greso --seeds 0 1 --tokens 30000
+    .venv/bin/python bench/planner.py --seeds 0 1            # every run, then the table and PNG
+    .venv/bin/python bench/planner.py --seeds 0 --threads 1  # one seed per process, two in parallel:
+    .venv/bin/python bench/planner.py --seeds 1 --threads 1  #   (tokens, not time, are compared)
+    .venv/bin/python bench/planner.py --report               # table + PNG from the finished runs
 
-Each strategy trains SmolLM2-135M-Instruct on the default task mixture until it has generated
-`--tokens` response tokens (the same rollout-token budget for all), evaluating greedy held-out
-accuracy every `--eval-every` steps. Prints a table (final accuracy, tokens to reach uniform's
-final accuracy) and writes bench/out/planner/{results.json,curves.png}.
+Each strategy trains SmolLM2-135M-Instruct on the default task mixture (five reasoning-gym
+tasks whose base solve rates run from about 5% to 45%) drawn into a pool of `--train-size`
+prompts, until it has generated `--tokens` response tokens: the same rollout-token budget for
+all. Greedy held-out accuracy is measured every `--eval-every` steps on the same held-out items.
+A strategy is `name` or `name:key=value:...` (planner config fields), as in `rollwise simulate`.
+A run whose curve is already in the output folder is not run again.
+
+Writes bench/out/planner/{results.json,curves.png,table.md}.
 """
 
 from __future__ import annotations
@@ -18,83 +25,137 @@ from pathlib import Path
 
 from rollwise.config import load_config
 from rollwise.loop import train
+from rollwise.sim.command import parse_strategy
 from rollwise.tracking import read_metrics
 
+DEFAULT = ["uniform", "dapo", "mopps:estimator=irt:selection_score=expected", "vade"]
 
-def curve(run_dir: Path) -> list[tuple[float, float]]:
-    """(cumulative rollout tokens, held-out accuracy) at each evaluation."""
+
+def label(text: str) -> str:
+    return text.replace(":", "+").replace("=", "-")
+
+
+def curve(run_dir: Path) -> dict:
+    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
     hist = read_metrics(run_dir)
     tokens_at = {0: 0.0}
+    eff, skipped = [], 0.0
     for h in hist:
         if "rollout/tokens_total" in h:
             tokens_at[h["step"]] = h["rollout/tokens_total"]
-    return [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"]) for h in hist if "eval/accuracy" in h]
+        if "planner/effective_ratio" in h:
+            eff.append(h["planner/effective_ratio"])
+    points = [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"]) for h in hist if "eval/accuracy" in h]
+    steps = max(tokens_at)
+    return {"points": points, "steps": steps, "effective_ratio": statistics.mean(eff) if eff else 0.0}
 
 
-def tokens_to_reach(c: list[tuple[float, float]], target: float) -> float | None:
-    for tok, acc in c:
-        if acc >= target:
+def tokens_to_reach(points: list, target: float) -> float | None:
+    for tok, acc in points:
+        if acc >= target - 1e-9:
             return tok
     return None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--strategies", nargs="+", default=["uniform", "dapo", "mopps", "greso"])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--tokens", type=int, default=30000, help="rollout-token budget per run")
-    ap.add_argument("--eval-every", type=int, default=4)
-    ap.add_argument("--eval-size", type=int, default=200)
-    ap.add_argument("--out", default="bench/out/planner")
-    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
-    args = ap.parse_args()
-    out = Path(args.out)
-    results: dict[str, dict[int, list[tuple[float, float]]]] = {}
-    for strategy in args.strategies:
+def run(args: argparse.Namespace, out: Path) -> None:
+    for text in args.strategies:
+        name, over = parse_strategy(text)
         for seed in args.seeds:
-            name = f"{strategy}-seed{seed}"
+            run_name = f"{label(text)}-seed{seed}"
+            done = out / run_name / "curve.json"
+            if done.exists():
+                print(f"{run_name}: done already", flush=True)
+                continue
             cfg = load_config(None, [
-                f"planner.strategy={strategy}", f"run.seed={seed}", "train.max_steps=1000",
-                f"train.max_rollout_tokens={args.tokens}", f"eval.every_n_steps={args.eval_every}",
-                f"data.eval_size={args.eval_size}", "run.save_every=0", f"run.output_dir={out}", f"run.name={name}",
-                "run.progress=false", *args.overrides,
+                f"planner.strategy={name}", *[f"planner.{k}={v}" for k, v in over.items()],
+                f"run.seed={seed}", "train.max_steps=1000", f"train.max_rollout_tokens={args.tokens}",
+                f"eval.every_n_steps={args.eval_every}", f"data.eval_size={args.eval_size}",
+                f"data.train_size={args.train_size}", "run.save_every=0", f"run.output_dir={out}",
+                f"run.name={run_name}", "run.progress=false",
+                *([f"run.torch_threads={args.threads}"] if args.threads else []), *args.overrides,
             ])
             train(cfg, quiet=True)
-            results.setdefault(strategy, {})[seed] = curve(out / name)
-            print(json.dumps({"run": name, "curve": results[strategy][seed]}), flush=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+            c = curve(out / run_name)
+            c.update(strategy=text, seed=seed)
+            done.write_text(json.dumps(c))
+            print(json.dumps(c), flush=True)
 
-    print(f"\n{'strategy':<10} {'final acc (mean of seeds)':>26} {'tokens to uniform final':>25} {'share':>7}")
-    uni = results.get("uniform", {})
-    for strategy, runs in results.items():
-        finals = [c[-1][1] for c in runs.values()]
-        reach = []
-        for seed, c in runs.items():
-            if seed in uni:
-                t = tokens_to_reach(c, uni[seed][-1][1])
-                reach.append(t if t is not None else float("nan"))
-        total = [c[-1][0] for c in uni.values()]
-        share = statistics.mean(reach) / statistics.mean(total) if reach and total else float("nan")
-        print(f"{strategy:<10} {statistics.mean(finals):>26.3f} {statistics.mean(reach) if reach else float('nan'):>25.0f}"
-              f" {share:>7.2f}")
+
+def report(out: Path) -> int:
+    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*/curve.json"))]
+    if not runs:
+        print(f"no finished runs under {out}")
+        return 1
+    by: dict[str, dict[int, dict]] = {}
+    for r in runs:
+        by.setdefault(r["strategy"], {})[r["seed"]] = r
+    uni = by.get("uniform", {})
+    lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | tokens spent (mean) | steps (mean) | "
+             "effective ratio | tokens to uniform's final (per seed) | share of uniform's tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for strategy, seeds in by.items():
+        per_seed, shares = [], []
+        for seed, r in sorted(seeds.items()):
+            if seed not in uni:
+                continue
+            target, total = uni[seed]["points"][-1][1], uni[seed]["points"][-1][0]
+            t = tokens_to_reach(r["points"], target)
+            per_seed.append("never" if t is None else f"{t:,.0f}")
+            if t is not None:
+                shares.append(t / total)
+        ok = len(shares) == len(per_seed) and shares
+        share = f"{statistics.mean(shares):.2f}" if ok else f"- ({len(shares)}/{len(per_seed)} reached)"
+        mean = statistics.mean
+        lines.append(
+            f"| {strategy} | {len(seeds)} | {mean(r['points'][0][1] for r in seeds.values()):.1%} "
+            f"| {mean(r['points'][-1][1] for r in seeds.values()):.1%} "
+            f"| {mean(r['points'][-1][0] for r in seeds.values()):,.0f} | {mean(r['steps'] for r in seeds.values()):.1f} "
+            f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {', '.join(per_seed) or '-'} | {share} |")
+    table = "\n".join(lines)
+    print(table)
+    (out / "table.md").write_text(table + "\n")
+    (out / "results.json").write_text(json.dumps(by, indent=1))
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for strategy, runs in results.items():
-        for i, c in enumerate(runs.values()):
-            xs, ys = zip(*c)
-            ax.plot(xs, ys, marker="o", color=f"C{list(results).index(strategy)}", label=strategy if i == 0 else None)
-    ax.set_xlabel("rollout tokens")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (strategy, seeds) in enumerate(by.items()):
+        for j, (seed, r) in enumerate(sorted(seeds.items())):
+            xs, ys = zip(*r["points"])
+            ax.plot(xs, ys, marker="o", ls=["-", "--", ":"][j % 3], color=f"C{i}",
+                    label=f"{strategy} (seed {seed})")
+    ax.set_xlabel("rollout tokens generated")
     ax.set_ylabel("held-out greedy accuracy")
-    ax.legend()
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)
+    print(f"curves: {out / 'curves.png'}")
     return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--strategies", nargs="+", default=DEFAULT)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--tokens", type=int, default=45000, help="rollout-token budget per run")
+    ap.add_argument("--eval-every", type=int, default=6)
+    ap.add_argument("--eval-size", type=int, default=200)
+    ap.add_argument("--train-size", type=int, default=200,
+                    help="prompt pool; small enough that prompts come back, so beliefs have history")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: all cores)")
+    ap.add_argument("--report", action="store_true", help="only build the table and PNG from finished runs")
+    ap.add_argument("--out", default="bench/out/planner")
+    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        run(args, out)
+    return report(out)
 
 
 if __name__ == "__main__":

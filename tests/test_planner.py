@@ -214,6 +214,36 @@ def test_staged_respects_budget() -> None:
     assert sum(n for rr in rounds for _, n in rr) <= 10
 
 
+def screen_planner(budget: int) -> object:
+    pl = make("uniform", uids=["a", "b", "c", "d"], pps=4, n=4, estimator="beta", allocator="screen",
+              budget_rollouts=budget)
+    for uid, s in (("a", 0), ("b", 20), ("c", 40)):  # believed hopeless, mixed, solved; d unseen
+        pl.estimator.update(pl.index[uid], s, 40)
+    return pl
+
+
+def test_screen_probes_confident_extremes_and_grows_informative_groups() -> None:
+    # a: believed hard, its probe finds a correct answer (surprise) -> topped up to 4, then
+    #    grows by 2 while mixed, up to 2n = 8; b: believed mixed -> full 4, grows to 8;
+    # c: believed solved, probe all correct (agrees) -> stops at 2;
+    # d: unseen, Beta(1,1) gives P(4 equal) = 0.4 >= 0.3 -> probe; all wrong -> stops at 2
+    def reward(u: str, r: int, k: int) -> float:
+        return {"a": float(r == 0 and k == 0), "b": float(k % 2), "c": 1.0, "d": 0.0}[u]
+
+    rounds, out = run_step(screen_planner(100), reward)
+    assert [sorted(rr) for rr in rounds] == [
+        [("a", 2), ("b", 4), ("c", 2), ("d", 2)], [("a", 2), ("b", 2)], [("a", 2), ("b", 2)], [("a", 2)]]
+    assert sorted(out.train) == ["a", "b", "c", "d"]
+
+
+def test_screen_stops_agreeing_probes_and_keeps_the_budget() -> None:
+    rounds, _ = run_step(screen_planner(12), lambda u, r, k: {"a": 1.0, "b": float(k % 2), "c": 1.0, "d": 0.0}[u])
+    assert sum(n for rr in rounds for _, n in rr) <= 12
+    # a's probe is all correct on a prompt believed hopeless (a surprise): topped up
+    assert ("a", 2) in rounds[1]
+    assert all(u != "c" and u != "d" for rr in rounds[1:] for u, _ in rr)
+
+
 def test_dars_schedules_worked_values() -> None:
     et = HardnessAllocator(PlannerConfig(dars_schedule="et"), 8)
     hw = HardnessAllocator(PlannerConfig(dars_schedule="hw"), 8)

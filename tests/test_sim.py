@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -83,6 +84,13 @@ def test_first_reach_interpolates_and_summary_pairs_seeds() -> None:
     r = fake("x", 0, [0.1, 0.3, 0.5])
     assert first_reach(r, "rollouts", 0.4) == pytest.approx(15.0)
     assert math.isnan(first_reach(r, "rollouts", 0.9))
+    # the last step overshoots the budget (token budgets): the accuracy interpolated at the
+    # budget, uniform's own target, is reached at the budget, not "never"
+    # (seed 7 of `rollwise simulate --unit tokens`, where rounding once made it "never")
+    x = np.array([14193972.0, 14278663.0, 14385571.0])
+    acc = np.array([0.3544055605116394, 0.355833951172303, 0.358287687847312])
+    over = RunResult("uniform", 7, x, x, acc, 5, 10, 0.2, 0.1, 0, 14384100.0)
+    assert first_reach(over, "rollouts", float(np.interp(14384100.0, x, acc))) == pytest.approx(14384100.0)
     res = {"uniform": [fake("uniform", 0, [0.1, 0.2, 0.4]), fake("uniform", 1, [0.1, 0.2, 0.3])],
            "fast": [fake("fast", 0, [0.1, 0.4, 0.5]), fake("fast", 1, [0.1, 0.5, 0.5])]}
     s = summarize(res, "rollouts", None)
@@ -95,6 +103,18 @@ def test_first_reach_interpolates_and_summary_pairs_seeds() -> None:
 def test_bootstrap_interval() -> None:
     s = bootstrap(np.array([1.0, 2.0, 3.0, float("nan")]))
     assert s.mean == 2.0 and s.n == 3 and 1.0 <= s.lo <= 2.0 <= s.hi <= 3.0
+
+
+def test_oracle_estimator_reads_the_world_and_beats_the_belief() -> None:
+    from rollwise.sim.oracle import OracleEstimator
+
+    w = World(SimParams(n_train=50, n_eval=10), 0, 4, 8)
+    idx = np.arange(5)
+    assert np.allclose(OracleEstimator(w).mean(idx), w.solve_rate(idx))
+    spec = RunSpec("mopps", 0, steps=40, prompts_per_step=8, params=SimParams(n_train=256, n_eval=64),
+                   planner={"selection_score": "expected"})
+    belief, oracle = run_one(spec), run_one(replace(spec, planner={**spec.planner, "estimator": "oracle"}))
+    assert oracle.effective / oracle.generated > belief.effective / belief.generated + 0.1
 
 
 def test_parse_strategy() -> None:

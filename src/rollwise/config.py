@@ -226,12 +226,12 @@ class TrainConfig(_Section):
     )
 
 
-PlannerStrategy = Literal["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3"]
+PlannerStrategy = Literal["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3", "adaptive"]
 
 
 class PlannerConfig(_Section):
     strategy: PlannerStrategy = Field(
-        "uniform", description="Rollout planning preset: uniform, dapo, greso, mopps, vade, knapsack, dars, ar3po, e3."
+        "uniform", description="Rollout planning preset: uniform, dapo, greso, mopps, vade, knapsack, dars, ar3po, e3, adaptive (ours)."
     )
     estimator: Literal["beta", "two_scale_beta", "window", "last_visit", "rank", "irt"] | None = Field(
         None, description="Solve-rate estimator part (None = the strategy's own)."
@@ -239,7 +239,7 @@ class PlannerConfig(_Section):
     selector: Literal["all", "skip", "posterior", "filter"] | None = Field(
         None, description="Prompt selector part (None = the strategy's own)."
     )
-    allocator: Literal["fixed", "knapsack", "staged", "hardness", "rank"] | None = Field(
+    allocator: Literal["fixed", "knapsack", "staged", "hardness", "rank", "screen"] | None = Field(
         None, description="Samples-per-prompt allocator part (None = the strategy's own)."
     )
     repair: Literal["none", "replay"] | None = Field(
@@ -300,6 +300,12 @@ class PlannerConfig(_Section):
     staged_rule: Literal["until_correct", "while_informative"] = Field(
         "until_correct", description="Staged allocator: continue a prompt until it has a correct response (AR3PO), "
         "or only while its group is informative (probe, then commit)."
+    )
+    screen_size: int = Field(2, gt=0, description="Screen allocator: samples in the probe of a prompt whose belief "
+                             "expects an all-equal group.")
+    screen_threshold: float = Field(
+        0.3, ge=0, le=1, description="Screen allocator: probe a prompt first when its belief gives P(all samples "
+        "equal) at least this."
     )
     dars_schedule: Literal["et", "hw"] = Field(
         "et", description="DARS: extra-rollout schedule, et (equal treatment) or hw (hardness weighted)."

@@ -10,6 +10,9 @@
 - `HardnessAllocator` (DARS): a second round adds Delta-n to prompts with accuracy < 0.5
   (equal-treatment or hardness-weighted schedule), scaled to the remaining budget.
 - `RankAllocator` (E3): n_i = n_min + (B - P*n_min) * r_i / sum(r), remainder to the hardest.
+- `ScreenAllocator` (ours): a prompt whose belief expects an all-equal group gets a small
+  probe first and the full group only if the probe surprises the belief; informative groups
+  grow by stages of n/2 while they stay informative.
 """
 
 from __future__ import annotations
@@ -186,9 +189,69 @@ class RankAllocator(Allocator):
         return out.tolist()
 
 
+class ScreenAllocator(Allocator):
+    """Screen before committing (our addition, not from a paper).
+
+    Round 1: a prompt whose belief gives P(all n samples equal) >= screen_threshold gets a
+    probe of screen_size samples; the others get n. Round 2: a probe that surprises the
+    belief (a correct answer on a prompt believed hard, a wrong one on a prompt believed easy,
+    or both) is topped up to n; a probe that agrees ends there, having cost screen_size
+    instead of n. Later rounds: an informative group of at least n grows by n/2 while it
+    stays informative, up to max_samples_per_prompt (default 2n). All within the step budget;
+    the prompts selected per step follow the measured mean cost per prompt.
+    """
+
+    name = "screen"
+
+    def __init__(self, cfg: Any, n: int):
+        super().__init__(cfg, n)
+        self.probe = min(cfg.screen_size, n)
+        self.threshold = cfg.screen_threshold
+        self.max_n = cfg.max_samples_per_prompt or 2 * n
+        self.stage = max(1, n // 2)
+        self.believed_easy: dict[str, bool] = {}
+
+    def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        idx = pl.indices(uids)
+        n = self.n
+        same = pl.estimator.expect(idx, lambda p: p**n + (1 - p) ** n, pl.rng)
+        means = pl.estimator.mean(idx)
+        out = []
+        for uid, s, m in zip(uids, same, means):
+            if s >= self.threshold and self.probe < n:
+                self.believed_easy[uid] = bool(m > 0.5)
+                out.append(self.probe)
+            else:
+                out.append(n)
+        return out
+
+    def surprised(self, g: Any) -> bool:
+        easy = self.believed_easy.get(g.uid, False)
+        return g.informative or (g.successes < g.n if easy else g.successes > 0)
+
+    def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        left = st.budget - st.used_rollouts
+        out: list[Request] = []
+        for g in st.groups.values():
+            if g.uid in self.believed_easy and g.n < self.n:
+                add = self.n - g.n if st.rounds == 1 and self.surprised(g) else 0
+            elif g.n >= self.n and g.informative and g.rounds == st.rounds:
+                add = min(self.stage, self.max_n - g.n)
+            else:
+                add = 0
+            if 0 < add <= left:
+                out.append(Request(g.uid, add))
+                left -= add
+        return out
+
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        self.believed_easy.clear()
+        self._track_cost(st)
+
+
 def make_allocator(name: str, cfg: Any, n: int) -> Allocator:
     table = {"fixed": FixedAllocator, "knapsack": KnapsackAllocator, "staged": StagedAllocator,
-             "hardness": HardnessAllocator, "rank": RankAllocator}
+             "hardness": HardnessAllocator, "rank": RankAllocator, "screen": ScreenAllocator}
     if name not in table:
         raise ValueError(f"unknown allocator '{name}'; allowed: {', '.join(table)}")
     return table[name](cfg, n)

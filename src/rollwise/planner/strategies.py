@@ -11,6 +11,11 @@
 | dars     | window         | all                 | hardness  | none   | yes    |
 | ar3po    | window         | all                 | staged    | replay | no     |
 | e3       | rank           | all                 | rank      | none   | no     |
+| adaptive | irt            | posterior (expected)| screen    | replay | no     |
+
+`adaptive` is rollwise's own combination (not a published method): a logistic belief that
+follows the policy's progress, selection by the expected gradient signal, a cheap probe
+before a full group for prompts expected to teach nothing, and replay for all-wrong groups.
 
 Any part can be swapped by name in the config (planner.estimator, planner.selector, ...).
 """
@@ -36,6 +41,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "dars": {"estimator": "window", "selector": "all", "allocator": "hardness", "repair": "none", "filter": True},
     "ar3po": {"estimator": "window", "selector": "all", "allocator": "staged", "repair": "replay"},
     "e3": {"estimator": "rank", "selector": "all", "allocator": "rank", "repair": "none"},
+    "adaptive": {"estimator": "irt", "selector": "posterior", "allocator": "screen", "repair": "replay",
+                 "score": "expected"},
 }
 
 STRATEGIES: tuple[str, ...] = tuple(PRESETS)

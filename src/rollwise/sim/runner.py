@@ -13,6 +13,7 @@ import numpy as np
 
 from rollwise.config import PlannerConfig
 from rollwise.planner import build_planner
+from rollwise.sim.oracle import OracleEstimator
 from rollwise.sim.world import SimParams, World
 
 
@@ -57,9 +58,15 @@ def run_one(spec: RunSpec) -> RunResult:
     world = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
     budget = spec.budget or default_budget(spec)
     key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
-    cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **spec.planner)
+    over = dict(spec.planner)
+    oracle = over.get("estimator") == "oracle"
+    if oracle:
+        over.pop("estimator")
+    cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **over)
     planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
                             spec.params.max_len, spec.seed)
+    if oracle:  # simulator only: the true solve rates, as a ceiling for the strategy
+        planner.estimator = OracleEstimator(world)
     total = float(spec.steps * budget)
     rollouts, tokens, acc = [0.0], [0.0], [world.eval_accuracy()]
     eff = gen = notes = 0

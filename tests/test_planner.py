@@ -142,6 +142,27 @@ def test_irt_estimator_learns_level_and_hopeless_prompts() -> None:
     assert m1 < m2 < m0  # an unseen prompt looks like the pool
 
 
+def test_irt_group_prior_makes_unseen_prompts_look_like_their_task() -> None:
+    groups = ["gcd"] * 6 + ["sum"] * 6
+    e = IRTEstimator(12, groups=groups)
+    for i in range(5):
+        e.update(i, 0, 8)  # gcd: hopeless so far
+        e.update(6 + i, 4, 8)  # sum: mixed
+    e.after_step()
+    hard, mixed = e.mean(np.array([5, 11]))  # the two unseen prompts
+    assert hard < 0.15 < 0.3 < mixed
+    pooled = IRTEstimator(12)
+    for i in range(5):
+        pooled.update(i, 0, 8)
+        pooled.update(6 + i, 4, 8)
+    pooled.after_step()
+    p5, p11 = pooled.mean(np.array([5, 11]))
+    assert p5 == pytest.approx(p11) and hard < p5 < mixed
+    e2 = IRTEstimator(12, groups=groups)
+    e2.load_state_dict({**pooled.state_dict(), "prior": pooled.prior[0].tolist()})  # a 1-D prior (older state)
+    assert e2.mean(np.array([5]))[0] == pytest.approx(p5)
+
+
 # ------------------------------------------------------------------ selectors
 
 

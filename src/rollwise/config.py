@@ -268,6 +268,10 @@ class PlannerConfig(_Section):
     vade_fast_weight: float = Field(0.5, ge=0, le=1, description="Weight of the fast scale in VADE's blended posterior.")
     estimator_window: int = Field(16, gt=0, description="Rewards kept per prompt by the window/last-visit/rank estimators.")
     min_observations: int = Field(8, ge=0, description="Knapsack: prompts with fewer observed rewards get num_generations.")
+    group_prior: bool = Field(
+        True, description="irt: a prior per task (the prompt uid's prefix before ':'), shrunk toward the pool's, so an "
+        "unseen prompt of a task that is hard today looks hard."
+    )
     target_solve_rate: float = Field(0.5, gt=0, lt=1, description="MoPPS: solve rate the posterior sampling aims at.")
     selection_score: Literal["target", "info", "expected"] | None = Field(
         None, description="Posterior selector score: target = Thompson draw near target_solve_rate (MoPPS), info = "

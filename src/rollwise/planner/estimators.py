@@ -218,7 +218,7 @@ def rank_by_mean(est: Estimator, idx: np.ndarray) -> np.ndarray:
     return r[np.asarray(idx)]
 
 
-def make_estimator(name: str, size: int, cfg: Any) -> Estimator:
+def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None) -> Estimator:
     if name == "beta":
         return BetaEstimator(size, cfg.posterior_decay)
     if name == "two_scale_beta":
@@ -232,5 +232,6 @@ def make_estimator(name: str, size: int, cfg: Any) -> Estimator:
     if name == "irt":
         from rollwise.planner.irt import IRTEstimator
 
-        return IRTEstimator(size, cfg.posterior_decay)
+        groups = [u.split(":", 1)[0] if ":" in u else "" for u in uids] if uids and cfg.group_prior else None
+        return IRTEstimator(size, cfg.posterior_decay, groups=groups)
     raise ValueError(f"unknown estimator '{name}'; allowed: beta, two_scale_beta, window, last_visit, rank, irt")

@@ -27,25 +27,35 @@ class IRTEstimator(Estimator):
       prompts, so beliefs formed visits ago follow the progress made since;
     - the prior becomes the mean belief of the seen prompts (one EM step; empirical Bayes), so
       an unseen prompt looks like the pool and 0/8 on a hard pool means "probably hopeless".
+
+    With `groups` (one label per prompt: the task), each group gets its own prior, the mean
+    belief of its seen prompts shrunk toward the pool prior with the weight of
+    `group_shrink` prompts: an unseen prompt of a task that is hard today looks hard.
     """
 
     name = "irt"
 
-    def __init__(self, size: int, decay: float = 1.0, grid: int = 41, span: float = 10.0, max_step: float = 0.25):
+    def __init__(self, size: int, decay: float = 1.0, grid: int = 41, span: float = 10.0, max_step: float = 0.25,
+                 groups: list[str] | None = None, group_shrink: float = 4.0):
         super().__init__(size)
         self.decay, self.max_step = decay, max_step
         self.u = np.concatenate([[-np.inf], np.linspace(-span, span, grid)])
         self.loglik = np.zeros((size, len(self.u)))
         self.n_obs = np.zeros(size)
         self.level = 0.0
-        self.prior = np.full(len(self.u), 1.0 / len(self.u))
+        names = sorted(set(groups)) if groups else [""]
+        self.group = (np.array([names.index(g) for g in groups], dtype=np.int64) if groups
+                      else np.zeros(size, dtype=np.int64))
+        self.shrink = group_shrink
+        self.prior = np.full((len(names), len(self.u)), 1.0 / len(self.u))
         self._g = self._h = 0.0
 
     def _p_grid(self) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(self.level + self.u)))
 
     def posterior(self, idx: np.ndarray) -> np.ndarray:
-        lp = self.loglik[np.atleast_1d(idx)] + np.log(self.prior)
+        idx = np.atleast_1d(idx)
+        lp = self.loglik[idx] + np.log(self.prior[self.group[idx]])
         post = np.exp(lp - lp.max(axis=1, keepdims=True))
         return post / post.sum(axis=1, keepdims=True)
 
@@ -81,8 +91,13 @@ class IRTEstimator(Estimator):
         self._g = self._h = 0.0
         seen = np.flatnonzero(self.n_obs > 0)
         if len(seen):
-            prior = self.posterior(seen).mean(axis=0) + 1e-3 / len(self.u)
-            self.prior = prior / prior.sum()
+            post = self.posterior(seen)
+            pool = post.mean(axis=0)
+            floor = 1e-3 / len(self.u)
+            for k in range(len(self.prior)):
+                mine = post[self.group[seen] == k]
+                prior = (mine.sum(axis=0) + self.shrink * pool) / (len(mine) + self.shrink) + floor
+                self.prior[k] = prior / prior.sum()
 
     def state_dict(self) -> dict[str, Any]:
         return {"loglik": self.loglik.tolist(), "n_obs": self.n_obs.tolist(), "level": self.level,
@@ -92,4 +107,5 @@ class IRTEstimator(Estimator):
         self.loglik = np.asarray(state["loglik"], dtype=float).reshape(self.size, len(self.u))
         self.n_obs = np.asarray(state["n_obs"], dtype=float)
         self.level = float(state["level"])
-        self.prior = np.asarray(state["prior"], dtype=float)
+        prior = np.asarray(state["prior"], dtype=float)
+        self.prior = np.broadcast_to(prior, self.prior.shape).copy()  # a 1-D prior: states before groups

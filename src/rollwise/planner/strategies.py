@@ -63,7 +63,7 @@ def make_planner(
         raise ValueError("prompts_per_step and num_generations must be >= 1")
     preset = PRESETS[cfg.strategy]
     size = len(uids)
-    est = make_estimator(cfg.estimator or preset["estimator"], size, cfg)
+    est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids))
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"))
     alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
     rep = make_repair(cfg.repair or preset["repair"], size)

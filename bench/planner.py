@@ -7,8 +7,10 @@
 
 Each strategy trains SmolLM2-135M-Instruct on the default task mixture (five reasoning-gym
 tasks whose base solve rates run from about 5% to 45%) drawn into a pool of `--train-size`
-prompts, until it has generated `--tokens` response tokens: the same rollout-token budget for
-all. Greedy held-out accuracy is measured every `--eval-every` steps on the same held-out items.
+prompts. The rollout-token budget is the same for every strategy of a seed: what uniform
+generates in `--uniform-steps` steps of that seed (uniform runs first), or `--tokens` if
+given. Greedy held-out accuracy is measured every `--eval-every` steps on the same held-out
+items (uniform: every `--uniform-eval-every` steps, ending at its last step).
 A strategy is `name` or `name:key=value:...` (planner config fields), as in `rollwise simulate`.
 A run whose curve is already in the output folder is not run again.
 
@@ -28,16 +30,16 @@ from rollwise.loop import train
 from rollwise.sim.command import parse_strategy
 from rollwise.tracking import read_metrics
 
-DEFAULT = ["uniform", "dapo", "mopps:estimator=irt:selection_score=expected", "vade"]
+DEFAULT = ["uniform", "dapo", "mopps:estimator=irt:selection_score=expected", "adaptive"]
 
 
 def label(text: str) -> str:
     return text.replace(":", "+").replace("=", "-")
 
 
-def curve(run_dir: Path) -> dict:
+def curve(run_dir: Path, max_step: int | None = None) -> dict:
     """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
-    hist = read_metrics(run_dir)
+    hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
     tokens_at = {0: 0.0}
     eff, skipped = [], 0.0
     for h in hist:
@@ -58,18 +60,27 @@ def tokens_to_reach(points: list, target: float) -> float | None:
 
 
 def run(args: argparse.Namespace, out: Path) -> None:
-    for text in args.strategies:
-        name, over = parse_strategy(text)
-        for seed in args.seeds:
+    strategies = ["uniform"] + [s for s in args.strategies if s != "uniform"]
+    for seed in args.seeds:
+        for text in strategies:
+            name, over = parse_strategy(text)
             run_name = f"{label(text)}-seed{seed}"
             done = out / run_name / "curve.json"
             if done.exists():
                 print(f"{run_name}: done already", flush=True)
                 continue
+            if args.tokens:
+                stop = [f"train.max_rollout_tokens={args.tokens}", f"eval.every_n_steps={args.eval_every}"]
+            elif text == "uniform":
+                stop = [f"train.max_steps={args.uniform_steps}", f"eval.every_n_steps={args.uniform_eval_every}"]
+            else:
+                budget = json.loads((out / f"uniform-seed{seed}" / "curve.json").read_text())["points"][-1][0]
+                stop = [f"train.max_rollout_tokens={int(budget)}", f"eval.every_n_steps={args.eval_every}"]
+            if text != "uniform" or args.tokens:
+                stop.insert(0, "train.max_steps=1000")  # the token budget stops these runs
             cfg = load_config(None, [
                 f"planner.strategy={name}", *[f"planner.{k}={v}" for k, v in over.items()],
-                f"run.seed={seed}", "train.max_steps=1000", f"train.max_rollout_tokens={args.tokens}",
-                f"eval.every_n_steps={args.eval_every}", f"data.eval_size={args.eval_size}",
+                f"run.seed={seed}", *stop, f"data.eval_size={args.eval_size}",
                 f"data.train_size={args.train_size}", "run.save_every=0", f"run.output_dir={out}",
                 f"run.name={run_name}", "run.progress=false",
                 *([f"run.torch_threads={args.threads}"] if args.threads else []), *args.overrides,
@@ -141,8 +152,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", nargs="+", default=DEFAULT)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--tokens", type=int, default=45000, help="rollout-token budget per run")
-    ap.add_argument("--eval-every", type=int, default=6)
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="a fixed rollout-token budget per run (default: what uniform generates in --uniform-steps)")
+    ap.add_argument("--uniform-steps", type=int, default=12)
+    ap.add_argument("--uniform-eval-every", type=int, default=6)
+    ap.add_argument("--eval-every", type=int, default=3)
     ap.add_argument("--eval-size", type=int, default=200)
     ap.add_argument("--train-size", type=int, default=200,
                     help="prompt pool; small enough that prompts come back, so beliefs have history")

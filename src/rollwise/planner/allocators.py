@@ -233,9 +233,9 @@ class ScreenAllocator(Allocator):
         left = st.budget - st.used_rollouts
         out: list[Request] = []
         for g in st.groups.values():
-            if g.uid in self.believed_easy and g.n < self.n:
-                add = self.n - g.n if st.rounds == 1 and self.surprised(g) else 0
-            elif g.n >= self.n and g.informative and g.rounds == st.rounds:
+            if g.uid in self.believed_easy and g.n < self.n:  # a probe: its one chance of a top-up
+                add = self.n - g.n if g.rounds == 1 and self.surprised(g) else 0
+            elif g.n >= self.n and g.informative:
                 add = min(self.stage, self.max_n - g.n)
             else:
                 add = 0

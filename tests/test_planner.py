@@ -194,6 +194,32 @@ def test_posterior_selector_prefers_informative_prompts() -> None:
     assert {q.uid for q in pl.begin_step(0)} == {"q3", "q7", "q11", "q19"}
 
 
+def test_stratified_selection_keeps_the_mixture() -> None:
+    from rollwise.planner.selectors import stratified_top
+
+    cands = ["a:0", "a:1", "a:2", "a:3", "a:4", "a:5", "b:0", "b:1", "c:0", "c:1"]
+    score = np.array([9, 8, 7, 6, 5, 4, 1, 0, 3, 2], dtype=float)
+    # k=5 over shares 6:2:2 -> quotas 3, 1, 1; the best of each task
+    assert sorted(stratified_top(cands, score, 5).tolist()) == [0, 1, 2, 6, 8]
+    # unstratified top-5 would take five prompts of task a
+    assert sorted(np.argsort(-score)[:5].tolist()) == [0, 1, 2, 3, 4]
+    # k=3: exact 1.8, .6, .6 -> floors 1, 0, 0; the two largest remainders (a .8, then b .6) get one more
+    assert sorted(stratified_top(cands, score, 3).tolist()) == [0, 1, 6]
+
+
+def test_adaptive_stratifies_by_task_and_mopps_does_not() -> None:
+    uids = [f"easy:train:{i}" for i in range(20)] + [f"hard:train:{i}" for i in range(20)]
+    for strategy, expect_hard in (("adaptive", 2), ("mopps", 0)):
+        pl = make(strategy, uids=uids, pps=4, n=8, selection_score="expected", candidate_factor=10,
+                  estimator="irt")
+        for i in range(20):
+            pl.estimator.update(pl.index[f"easy:train:{i}"], 4, 8)  # every easy prompt looks ideal
+            pl.estimator.update(pl.index[f"hard:train:{i}"], 0, 8)
+        pl.estimator.after_step()
+        picked = [q.uid for q in pl.begin_step(0)]
+        assert sum(u.startswith("hard") for u in picked) == expect_hard, (strategy, picked)
+
+
 def test_dapo_backfill_accounting_and_limit_note() -> None:
     informative = {"q1", "q2"}
     pl = make("dapo", pps=3, n=4, dapo_max_rounds=2)

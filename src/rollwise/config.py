@@ -281,6 +281,11 @@ class PlannerConfig(_Section):
     candidate_factor: float = Field(
         8.0, ge=1, description="MoPPS/VADE: candidate prompts scored per selected prompt (MoPPS: 8-16)."
     )
+    stratify: bool | None = Field(
+        None, description="Posterior selector: keep each task's share of the selected prompts equal to its share of "
+        "the candidates (the data mixture), choosing the best-scored within each task (None = strategy default: "
+        "adaptive yes, mopps/vade no)."
+    )
     filter_zero_variance: bool | None = Field(
         None, description="Drop groups with equal rewards from training (None = strategy default: dapo, dars)."
     )

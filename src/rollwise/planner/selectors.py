@@ -129,9 +129,10 @@ class PosteriorSelector(Selector):
 
     name = "posterior"
 
-    def __init__(self, cfg: Any, score: str = "target"):
+    def __init__(self, cfg: Any, score: str = "target", stratify: bool = False):
         self.cfg = cfg
         self.score = score
+        self.stratify = stratify
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
         cands = pl.take(math.ceil(self.cfg.candidate_factor * k), st)
@@ -143,9 +144,31 @@ class PosteriorSelector(Selector):
         else:
             p = pl.estimator.sample(idx, pl.rng)
             s = informative_value(p, pl.n) if self.score == "info" else -((p - self.cfg.target_solve_rate) ** 2)
-        keep = np.argsort(-s, kind="stable")[:k]
+        keep = stratified_top(cands, s, k) if self.stratify else np.argsort(-s, kind="stable")[:k]
         st.skipped += len(cands) - k
         return [cands[i] for i in sorted(keep)]
+
+
+def task_of(uid: str) -> str:
+    """A prompt's task: its uid's prefix before ':' ("" for uids without one)."""
+    return uid.split(":", 1)[0] if ":" in uid else ""
+
+
+def stratified_top(cands: list[str], score: np.ndarray, k: int) -> np.ndarray:
+    """The top-scored k candidates with each task's share of the k equal to its share of the
+    candidates (largest remainders), so selection cannot drift away from the data mixture."""
+    tasks = [task_of(u) for u in cands]
+    names = sorted(set(tasks))
+    members = {t: [i for i, x in enumerate(tasks) if x == t] for t in names}
+    exact = np.array([k * len(members[t]) / len(cands) for t in names])
+    quota = np.floor(exact).astype(int)
+    for j in np.argsort(-(exact - quota), kind="stable")[: k - int(quota.sum())]:
+        quota[j] += 1
+    keep: list[int] = []
+    for t, q in zip(names, quota):
+        idx = np.array(members[t])
+        keep.extend(idx[np.argsort(-score[idx], kind="stable")[:q]].tolist())
+    return np.array(keep, dtype=np.int64)
 
 
 def expected_signal(p: np.ndarray, n: int) -> np.ndarray:
@@ -182,13 +205,13 @@ class FilterSelector(Selector):
         return good[: st.target_prompts]
 
 
-def make_selector(name: str, size: int, cfg: Any, score: str = "target") -> Selector:
+def make_selector(name: str, size: int, cfg: Any, score: str = "target", stratify: bool = False) -> Selector:
     if name == "all":
         return AllSelector()
     if name == "skip":
         return SkipSelector(size, cfg)
     if name == "posterior":
-        return PosteriorSelector(cfg, score)
+        return PosteriorSelector(cfg, score, stratify)
     if name == "filter":
         return FilterSelector(cfg)
     raise ValueError(f"unknown selector '{name}'; allowed: all, skip, posterior, filter")

@@ -14,8 +14,9 @@
 | adaptive | irt            | posterior (expected)| screen    | replay | no     |
 
 `adaptive` is rollwise's own combination (not a published method): a logistic belief that
-follows the policy's progress, selection by the expected gradient signal, a cheap probe
-before a full group for prompts expected to teach nothing, and replay for all-wrong groups.
+follows the policy's progress, selection by the expected gradient signal within each task's
+share of the data mixture (`stratify`), a cheap probe before a full group for prompts
+expected to teach nothing, and replay for all-wrong groups.
 
 Any part can be swapped by name in the config (planner.estimator, planner.selector, ...).
 """
@@ -42,7 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ar3po": {"estimator": "window", "selector": "all", "allocator": "staged", "repair": "replay"},
     "e3": {"estimator": "rank", "selector": "all", "allocator": "rank", "repair": "none"},
     "adaptive": {"estimator": "irt", "selector": "posterior", "allocator": "screen", "repair": "replay",
-                 "score": "expected"},
+                 "score": "expected", "stratify": True},
 }
 
 STRATEGIES: tuple[str, ...] = tuple(PRESETS)
@@ -64,7 +65,9 @@ def make_planner(
     preset = PRESETS[cfg.strategy]
     size = len(uids)
     est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids))
-    sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"))
+    stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
+    sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
+                        stratify)
     alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
     rep = make_repair(cfg.repair or preset["repair"], size)
     filt = preset.get("filter", False) if cfg.filter_zero_variance is None else cfg.filter_zero_variance

@@ -216,8 +216,14 @@ def test_adaptive_stratifies_by_task_and_mopps_does_not() -> None:
             pl.estimator.update(pl.index[f"easy:train:{i}"], 4, 8)  # every easy prompt looks ideal
             pl.estimator.update(pl.index[f"hard:train:{i}"], 0, 8)
         pl.estimator.after_step()
-        picked = [q.uid for q in pl.begin_step(0)]
+        reqs = pl.begin_step(0)
+        picked = [q.uid for q in reqs]
         assert sum(u.startswith("hard") for u in picked) == expect_hard, (strategy, picked)
+        pl.observe([GroupResult(q.uid, [1.0] * q.n, [5] * q.n) for q in reqs])
+        pl.end_step()
+        share = pl.metrics()["planner/task_share/hard"] if expect_hard else 0.0
+        hard_rollouts = sum(q.n for q in reqs if q.uid.startswith("hard"))
+        assert share == pytest.approx(hard_rollouts / sum(q.n for q in reqs))
 
 
 def test_dapo_backfill_accounting_and_limit_note() -> None:

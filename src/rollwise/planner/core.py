@@ -21,7 +21,7 @@ from rollwise.planner.allocators import Allocator
 from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome
 from rollwise.planner.estimators import Estimator
 from rollwise.planner.repair import NoRepair
-from rollwise.planner.selectors import Selector
+from rollwise.planner.selectors import Selector, task_of
 from rollwise.planner.step import Group, StepState, allocation_summary
 
 MAX_ROUNDS = 64  # safety net; real strategies stop long before
@@ -214,6 +214,12 @@ class ComposedPlanner:
             "planner/samples_per_prompt": sorted(counts),
         }
         m.update(allocation_summary(counts))
+        tasks: dict[str, int] = {}
+        for g in groups:
+            t = task_of(g.uid)
+            tasks[t] = tasks.get(t, 0) + g.n
+        if len(tasks) > 1 or "" not in tasks:  # prompts with tasks (uids "<task>:...")
+            m.update({f"planner/task_share/{t}": v / max(generated, 1) for t, v in sorted(tasks.items())})
         scored = [(st.predicted[g.uid], g.successes / g.n) for g in groups if g.uid in st.predicted]
         if scored:
             pred, obs = np.array(scored).T

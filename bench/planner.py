@@ -98,7 +98,8 @@ def report(out: Path) -> int:
         print(f"no finished runs under {out}")
         return 1
     by: dict[str, dict[int, dict]] = {}
-    for r in runs:
+    order = {s: i for i, s in enumerate(DEFAULT)}
+    for r in sorted(runs, key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["seed"])):
         by.setdefault(r["strategy"], {})[r["seed"]] = r
     uni = by.get("uniform", {})
     lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | tokens spent (mean) | steps (mean) | "
@@ -140,7 +141,7 @@ def report(out: Path) -> int:
                     label=f"{strategy} (seed {seed})")
     ax.set_xlabel("rollout tokens generated")
     ax.set_ylabel("held-out greedy accuracy")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=110)

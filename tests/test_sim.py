@@ -124,6 +124,11 @@ def test_parse_strategy() -> None:
         parse_strategy("nope")
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_strategy("mopps:oops")
+    with pytest.raises(ValueError, match="planner.estimator.*allowed"):
+        parse_strategy("uniform:estimator=bogus")
+    with pytest.raises(ValueError, match="unknown config key 'planner.candidate_factr'.*candidate_factor"):
+        parse_strategy("mopps:candidate_factr=4")
+    assert parse_strategy("adaptive:estimator=oracle") == ("adaptive", {"estimator": "oracle"})
 
 
 def test_simulate_command_end_to_end(tmp_path, capsys) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from rollwise.config import ConfigError, build_config
 from rollwise.planner import STRATEGIES
 from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
@@ -33,6 +34,11 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"strategy '{text}': '{p}' is not KEY=VALUE (a planner config field)")
         k, v = p.split("=", 1)
         over[k] = yaml.safe_load(v)
+    checked = {k: v for k, v in over.items() if not (k == "estimator" and v == "oracle")}
+    try:
+        build_config({"planner": {"strategy": name, **checked}})
+    except ConfigError as e:
+        raise ValueError(f"strategy '{text}': {e}") from None
     return name, over
 
 

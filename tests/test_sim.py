@@ -149,3 +149,21 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     bad = parser.parse_args(["simulate", "--strategies", "mopps", "--seeds", "1", "--steps", "2", "--pool", "32",
                              "--eval-size", "8", "--out", str(tmp_path), "--quiet"])
     assert bad.func(bad) == 2  # no uniform and no --target
+
+
+def test_report_panels_cover_the_planner_metrics() -> None:
+    from rollwise.report import panels_of
+
+    hist = [
+        {"step": 0, "eval/accuracy": 0.2},
+        {"step": 1, "rollout/reward_mean": 0.1, "rollout/tokens_total": 10.0, "planner/effective_ratio": 0.5,
+         "planner/all_wrong_share": 0.5, "planner/all_correct_share": 0.0, "planner/samples_per_prompt": [2, 8, 8],
+         "planner/task_share/gcd": 0.25, "planner/task_share/sum": 0.75},
+        {"step": 2, "rollout/reward_mean": 0.2, "rollout/tokens_total": 20.0, "planner/samples_per_prompt": [16]},
+    ]
+    panels = {title: (kind, data) for title, kind, data in panels_of(hist)}
+    assert panels["samples per prompt (every step)"] == ("hist", [2, 8, 8, 16])
+    kind, data = panels["share of rollouts per task"]
+    assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
+    assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
+    assert "planner/brier" not in panels  # no panel for a metric the run never logged

@@ -7,30 +7,60 @@ from pathlib import Path
 from rollwise.tracking import read_metrics
 
 
+def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
+    """(title, kind, data) per panel: kind "line" (data: [(label, [(step, value)])]), or "hist"
+    (data: the per-prompt sample counts of every step)."""
+    steps = [h for h in hist if "rollout/reward_mean" in h]
+    evals = [h for h in hist if "eval/accuracy" in h]
+
+    def series(key: str) -> list[tuple[float, float]]:
+        return [(h["step"], h[key]) for h in steps if key in h]
+
+    out: list[tuple[str, str, list]] = [
+        ("training reward", "line", [("", series("rollout/reward_mean"))]),
+        ("held-out accuracy", "line", [("", [(h["step"], h["eval/accuracy"]) for h in evals])]),
+        ("rollout tokens (cumulative)", "line", [("", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps])]),
+    ]
+    for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier"):
+        if any(key in h for h in steps):
+            out.append((key, "line", [("", series(key))]))
+    if any("planner/all_wrong_share" in h for h in steps):
+        out.append(("groups with equal rewards", "line", [("all wrong", series("planner/all_wrong_share")),
+                                                         ("all correct", series("planner/all_correct_share"))]))
+    counts = [n for h in steps for n in h.get("planner/samples_per_prompt", [])]
+    if counts:
+        out.append(("samples per prompt (every step)", "hist", counts))
+    tasks = sorted({k for h in steps for k in h if k.startswith("planner/task_share/")})
+    if tasks:
+        out.append(("share of rollouts per task", "line", [(k.rsplit("/", 1)[1], series(k)) for k in tasks]))
+    return out
+
+
 def plot_run(run_dir: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    hist = read_metrics(run_dir)
-    steps = [h for h in hist if "rollout/reward_mean" in h]
-    evals = [h for h in hist if "eval/accuracy" in h]
-    panels = [
-        ("training reward", [(h["step"], h["rollout/reward_mean"]) for h in steps]),
-        ("held-out accuracy", [(h["step"], h["eval/accuracy"]) for h in evals]),
-        ("rollout tokens (cumulative)", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps]),
-    ]
-    extra = [k for k in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier") if any(k in h for h in steps)]
-    for k in extra:
-        panels.append((k, [(h["step"], h[k]) for h in steps if k in h]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for ax, (title, pts) in zip(axes, panels):
-        if pts:
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None)
+    panels = panels_of(read_metrics(run_dir))
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (title, kind, data) in zip(axes.flat, panels):
+        if kind == "hist":
+            ax.hist(data, bins=range(0, max(data) + 2), color="C0")
+            ax.set_xlabel("samples")
+        else:
+            for label, pts in data:
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, label=label or None)
+            if any(label for label, _ in data):
+                ax.legend(fontsize=7)
+            ax.set_xlabel("step")
         ax.set_title(title)
-        ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.tight_layout()
     out = Path(run_dir) / "report.png"

@@ -92,8 +92,10 @@ def run(args: argparse.Namespace, out: Path) -> None:
             print(json.dumps(c), flush=True)
 
 
-def report(out: Path) -> int:
+def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None) -> int:
     runs = [json.loads(p.read_text()) for p in sorted(out.glob("*/curve.json"))]
+    runs = [r for r in runs if (seeds is None or r["seed"] in seeds)
+            and (strategies is None or r["strategy"] in strategies)]
     if not runs:
         print(f"no finished runs under {out}")
         return 1
@@ -127,6 +129,7 @@ def report(out: Path) -> int:
     print(table)
     (out / "table.md").write_text(table + "\n")
     (out / "results.json").write_text(json.dumps(by, indent=1))
+    png = "curves.png" if seeds is None and strategies is None else "curves-selection.png"
 
     import matplotlib
 
@@ -144,15 +147,15 @@ def report(out: Path) -> int:
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=110)
-    print(f"curves: {out / 'curves.png'}")
+    fig.savefig(out / png, dpi=110)
+    print(f"curves: {out / png}")
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--strategies", nargs="+", default=DEFAULT)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--strategies", nargs="+", default=None, help=f"default: {' '.join(DEFAULT)} (--report: all found)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 (--report: all found)")
     ap.add_argument("--tokens", type=int, default=None,
                     help="a fixed rollout-token budget per run (default: what uniform generates in --uniform-steps)")
     ap.add_argument("--uniform-steps", type=int, default=12)
@@ -169,8 +172,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.report:
+        args.strategies, args.seeds = args.strategies or DEFAULT, args.seeds or [0, 1]
         run(args, out)
-    return report(out)
+    return report(out, args.seeds, args.strategies)
 
 
 if __name__ == "__main__":

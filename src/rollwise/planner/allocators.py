@@ -197,8 +197,10 @@ class ScreenAllocator(Allocator):
     belief (a correct answer on a prompt believed hard, a wrong one on a prompt believed easy,
     or both) is topped up to n; a probe that agrees ends there, having cost screen_size
     instead of n. Later rounds: an informative group of at least n grows by n/2 while it
-    stays informative, up to max_samples_per_prompt (default 2n). All within the step budget;
-    the prompts selected per step follow the measured mean cost per prompt.
+    stays informative, up to max_samples_per_prompt (default 2n). Top-ups and growth stay
+    within the step budget; round 1 does not check it: the prompts selected per step follow
+    the measured mean cost per prompt, so a step in which more prompts than usual get a full
+    group spends more than its budget (the budget is a target, as for DAPO).
     """
 
     name = "screen"

@@ -41,7 +41,7 @@ def curve(run_dir: Path, max_step: int | None = None) -> dict:
     """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
     hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
     tokens_at = {0: 0.0}
-    eff, skipped = [], 0.0
+    eff: list[float] = []
     for h in hist:
         if "rollout/tokens_total" in h:
             tokens_at[h["step"]] = h["rollout/tokens_total"]

@@ -74,6 +74,11 @@ class Planner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def task_of(uid: str) -> str:
+    """A prompt's task: its uid's prefix before ':' ("" for uids without one)."""
+    return uid.split(":", 1)[0] if ":" in uid else ""
+
+
 class PromptStream:
     """Shuffled passes over the prompt pool; reshuffled each epoch from the seed.
 

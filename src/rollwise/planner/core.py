@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from rollwise.planner.allocators import Allocator
-from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome
+from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome, task_of
 from rollwise.planner.estimators import Estimator
 from rollwise.planner.repair import NoRepair
-from rollwise.planner.selectors import Selector, task_of
+from rollwise.planner.selectors import Selector
 from rollwise.planner.step import Group, StepState, allocation_summary
 
 MAX_ROUNDS = 64  # safety net; real strategies stop long before

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from rollwise.planner.base import task_of
+
 
 class Estimator(ABC):
     """Base: subclasses provide update/mean/count and their state."""
@@ -232,6 +234,6 @@ def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None
     if name == "irt":
         from rollwise.planner.irt import IRTEstimator
 
-        groups = [u.split(":", 1)[0] if ":" in u else "" for u in uids] if uids and cfg.group_prior else None
+        groups = [task_of(u) for u in uids] if uids and cfg.group_prior else None
         return IRTEstimator(size, cfg.posterior_decay, groups=groups)
     raise ValueError(f"unknown estimator '{name}'; allowed: beta, two_scale_beta, window, last_visit, rank, irt")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rollwise.planner.base import task_of
 from rollwise.planner.knapsack import informative_value
 from rollwise.planner.step import StepState
 
@@ -147,11 +148,6 @@ class PosteriorSelector(Selector):
         keep = stratified_top(cands, s, k) if self.stratify else np.argsort(-s, kind="stable")[:k]
         st.skipped += len(cands) - k
         return [cands[i] for i in sorted(keep)]
-
-
-def task_of(uid: str) -> str:
-    """A prompt's task: its uid's prefix before ':' ("" for uids without one)."""
-    return uid.split(":", 1)[0] if ":" in uid else ""
 
 
 def stratified_top(cands: list[str], score: np.ndarray, k: int) -> np.ndarray:

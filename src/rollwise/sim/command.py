@@ -18,6 +18,7 @@ import yaml
 
 from rollwise.config import ConfigError, build_config
 from rollwise.planner import STRATEGIES
+from rollwise.sim.oracle import split_oracle
 from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
 from rollwise.sim.world import LAWS, SimParams
@@ -34,9 +35,8 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
             raise ValueError(f"strategy '{text}': '{p}' is not KEY=VALUE (a planner config field)")
         k, v = p.split("=", 1)
         over[k] = yaml.safe_load(v)
-    checked = {k: v for k, v in over.items() if not (k == "estimator" and v == "oracle")}
     try:
-        build_config({"planner": {"strategy": name, **checked}})
+        build_config({"planner": {"strategy": name, **split_oracle(over)[0]}})
     except ConfigError as e:
         raise ValueError(f"strategy '{text}': {e}") from None
     return name, over

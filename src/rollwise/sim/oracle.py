@@ -17,6 +17,12 @@ from rollwise.planner.estimators import Estimator
 from rollwise.sim.world import World
 
 
+def split_oracle(over: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Planner overrides without `estimator=oracle` (not a config value), and whether it was there."""
+    oracle = over.get("estimator") == "oracle"
+    return {k: v for k, v in over.items() if not (oracle and k == "estimator")}, oracle
+
+
 class OracleEstimator(Estimator):
     name = "oracle"
 

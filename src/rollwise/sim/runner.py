@@ -13,7 +13,7 @@ import numpy as np
 
 from rollwise.config import PlannerConfig
 from rollwise.planner import build_planner
-from rollwise.sim.oracle import OracleEstimator
+from rollwise.sim.oracle import OracleEstimator, split_oracle
 from rollwise.sim.world import SimParams, World
 
 
@@ -58,10 +58,7 @@ def run_one(spec: RunSpec) -> RunResult:
     world = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
     budget = spec.budget or default_budget(spec)
     key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
-    over = dict(spec.planner)
-    oracle = over.get("estimator") == "oracle"
-    if oracle:
-        over.pop("estimator")
+    over, oracle = split_oracle(spec.planner)
     cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **over)
     planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
                             spec.params.max_len, spec.seed)

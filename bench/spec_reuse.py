@@ -3,7 +3,8 @@
     .venv/bin/python bench/spec_reuse.py                        # seeds 0 1, ~45 min on 2 cores
     .venv/bin/python bench/spec_reuse.py --seeds 0 --steps 12    # quicker look
 
-For each seed, two runs of `rollwise train` that differ only in `rollout.speculative_reuse`:
+For each seed, two runs of `rollwise train` that differ only in `rollout.speculative_reuse`
+(both engines compute in `--engine-dtype`, float32 by default, which reuse needs):
 SmolLM2-135M-Instruct on the default task mixture restricted to `--train-size` prompts, so
 that `--steps` steps of `--prompts` prompts x 8 samples revisit every prompt many times
 (epochs). Reported per run: rollout time (sum of time/generate_s, verification included),
@@ -33,7 +34,7 @@ def run(args, seed: int, spec: bool, out: Path) -> dict:
         f"rollout.speculative_reuse={str(spec).lower()}", f"rollout.spec_lenience={args.lenience}",
         f"train.max_steps={args.steps}", f"run.seed={seed}", "run.save_every=0", f"run.output_dir={out}",
         f"run.name={name}", "run.progress=false", "eval.at_start=false", "eval.at_end=true",
-        f"run.torch_threads={args.threads}",
+        f"run.torch_threads={args.threads}", f"rollout.engine_dtype={args.engine_dtype}",
     ]
     res = train(load_config(None, overrides), quiet=True)
     h = res.history
@@ -61,9 +62,13 @@ def main() -> None:
     ap.add_argument("--eval-size", type=int, default=200)
     ap.add_argument("--lenience", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine-dtype", default="float32", choices=["auto", "float32", "bfloat16"],
+                    help="engine dtype of both runs (auto: bf16 plain, fp32 reuse, as rollwise train picks)")
     ap.add_argument("--out", default="bench/out/spec_reuse")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.engine_dtype != "float32":
+        out = out / args.engine_dtype
     rows = []
     for seed in args.seeds:
         for spec in (False, True):

@@ -125,3 +125,15 @@ def test_rollout_workers_refuse_what_they_cannot_do_yet():
         load_config(None, ["distributed.max_staleness=-1"])
     cfg = load_config(None, ["distributed.async_training=true", "distributed.backend=ray"])
     assert cfg.distributed.rollout_workers == 1 and cfg.distributed.max_staleness == 1
+
+
+def test_engine_dtype_auto_follows_the_model_except_for_speculative_reuse():
+    import torch
+
+    from rollwise.engine.factory import engine_dtype
+
+    assert engine_dtype(load_config(None, ["model.dtype=bfloat16"])) == torch.bfloat16
+    assert engine_dtype(load_config(None, ["model.dtype=bfloat16", "rollout.speculative_reuse=true"])) == torch.float32
+    assert engine_dtype(load_config(None, ["model.dtype=bfloat16", "rollout.engine_dtype=float32"])) == torch.float32
+    cfg = load_config(None, ["rollout.speculative_reuse=true", "rollout.engine_dtype=bfloat16"])
+    assert engine_dtype(cfg) == torch.bfloat16

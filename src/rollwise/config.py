@@ -130,6 +130,9 @@ class RolloutConfig(_Section):
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1.0, description="engine=vllm: share of the GPU's memory vLLM may take (leave room for the "
         "trainer when they share a GPU).")
+    engine_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Dtype the generation engine computes in. auto: model.dtype, or float32 with "
+        "speculative_reuse (in bf16 its one-pass verification and token-by-token decoding round differently).")
     num_slots: int | None = Field(None, gt=0, description="Sequences decoding together in the continuous engine "
                                   "(default: batch_size).")
     partial_rollouts: bool = Field(
@@ -152,7 +155,8 @@ class RolloutConfig(_Section):
     speculative_reuse: bool = Field(
         False, description="SPEC-RL: when a prompt comes back, verify its previous responses under the current "
         "policy, keep the accepted prefix and generate only the rest (needs engine=continuous). The engine then "
-        "runs in fp32: in bf16 decoding and verification round differently and reject tokens for nothing.")
+        "runs in fp32 (rollout.engine_dtype=auto): in bf16 decoding and verification round differently and reject "
+        "tokens for nothing.")
     spec_lenience: float = Field(
         1.0, gt=0, description="Speculative reuse: accept an old token with probability "
         "min(1, lenience * p_new / p_old). 1 is exact (the output follows the current policy); SPEC-RL uses e^0.5, "

@@ -13,7 +13,9 @@ from rollwise.models import DTYPES
 def engine_dtype(cfg: Config) -> torch.dtype:
     # Speculative reuse runs the engine in fp32: in bf16, decoding and the one-pass verification round
     # differently and a third of the tokens were rejected with the weights unchanged
-    # (bench/spec_same_weights.py).
+    # (bench/spec_same_weights.py). rollout.engine_dtype overrides the choice.
+    if cfg.rollout.engine_dtype != "auto":
+        return DTYPES[cfg.rollout.engine_dtype]
     return torch.float32 if cfg.rollout.speculative_reuse else DTYPES[cfg.model.dtype]
 
 

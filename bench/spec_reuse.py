@@ -35,7 +35,7 @@ def run(args, seed: int, spec: bool, out: Path) -> dict:
         f"train.max_steps={args.steps}", f"run.seed={seed}", "run.save_every=0", f"run.output_dir={out}",
         f"run.name={name}", "run.progress=false", "eval.at_start=false", "eval.at_end=true",
         f"run.torch_threads={args.threads}", f"rollout.engine_dtype={args.engine_dtype}",
-    ]
+    ] + list(args.overrides)
     res = train(load_config(None, overrides), quiet=True)
     h = res.history
     per_epoch = max(1, args.train_size // args.prompts)
@@ -65,13 +65,16 @@ def main() -> None:
     ap.add_argument("--engine-dtype", default="float32", choices=["auto", "float32", "bfloat16"],
                     help="engine dtype of both runs (auto: bf16 plain, fp32 reuse, as rollwise train picks)")
     ap.add_argument("--out", default="bench/out/spec_reuse")
+    ap.add_argument("--modes", nargs="+", choices=["plain", "spec"], default=["plain", "spec"],
+                    help="runs per seed (the comparison lines need both)")
+    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
     args = ap.parse_args()
     out = Path(args.out)
     if args.engine_dtype != "float32":
         out = out / args.engine_dtype
     rows = []
     for seed in args.seeds:
-        for spec in (False, True):
+        for spec in [m == "spec" for m in args.modes]:
             rows.append(run(args, seed, spec, out))
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.steps} steps x {args.prompts} prompts x 8 samples on {args.train_size} prompts "
@@ -81,7 +84,7 @@ def main() -> None:
         acc = f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-"
         print(f"{r['name']:<14}{r['rollout_s']:>10.0f}{r['sampled_tokens']:>9.0f}{r['tokens_reused']:>8.0f}{acc:>8}"
               f"{r['accuracy']:>10.1%}")
-    for seed in args.seeds:
+    for seed in args.seeds if len(args.modes) == 2 else []:
         plain, spec = [r for r in rows if r["name"].startswith(f"seed{seed}-")]
         print(f"seed {seed}: rollout time plain/spec {plain['rollout_s'] / spec['rollout_s']:.2f}x "
               f"(after the first epoch {plain['rollout_s_later_epochs'] / max(spec['rollout_s_later_epochs'], 1e-9):.2f}x), "

@@ -15,6 +15,13 @@ the output leans towards ``pi_old`` in exchange for longer reuse (SPEC-RL's chos
 trade-off, ``l = e^0.5``). SPEC-RL itself resamples a rejected token from the full
 ``pi_new``, which is not exact even at ``l = 1``, and draws its uniforms from a fixed seed.
 
+The caveat that matters in RL. Exactness assumes ``y`` is a draw from ``pi_old`` independent of
+the new weights. In post-training the new weights were trained on ``y``: an update with positive
+advantage raises ``y``'s own tokens (memorisation), so verification keeps it whole far more
+often than a fresh sample of ``pi_new`` would reproduce anything like it, and a penalised ``y``
+is cut short. bench/spec_memorization.py measures 0.81-0.84 against 0.34-0.48 after one update;
+bench/RESULTS.md shows the accuracy it costs when prompts come back every few steps.
+
 Usage, per batch of old responses (right-padded, ``mask`` 1 on response tokens)::
 
     n = speculative_accept_batch(new_logp, old_logp, lenience, torch.rand_like(new_logp), mask)

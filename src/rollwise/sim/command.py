@@ -45,7 +45,7 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the `simulate` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser(
-        "simulate", help="Compare rollout planners on a simulated RL run (pure numpy, seconds).",
+        "simulate", help="compare rollout planners on a simulated RL run (pure numpy, seconds)",
         description="Run planner strategies at an equal total rollout (or token) budget against a simulated "
         "policy (item-response model: global skill + per-prompt offsets, unsolvable prompts, drift, "
         "heavy-tailed lengths with a cap) and print a table with 95% bootstrap intervals over seeds.",

@@ -19,11 +19,21 @@ class DyingStore(RayWeightStore):
 
     def latest(self, known):
         DyingStore.calls += 1
-        deaths = int(Path(self.marker).read_text()) if Path(self.marker).exists() else 0
-        if DyingStore.calls >= self.die_at and deaths < self.times:
-            Path(self.marker).write_text(str(deaths + 1))
+        if DyingStore.calls >= self.die_at and self._claim_death():
             os._exit(1)
         return super().latest(known)
+
+    def _claim_death(self):
+        """Take one of the `times` deaths atomically: two workers polling at the same moment must
+        not both read "no death yet" and both die (CI once saw two restarts for `times=1`)."""
+        for i in range(self.times):
+            try:
+                os.close(os.open(f"{self.marker}.{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            Path(self.marker).write_text(str(i + 1))
+            return True
+        return False
 
     def __reduce__(self):
         return (DyingStore, (self.dtype, self.handle, self.marker, self.die_at, self.times))

@@ -297,6 +297,30 @@ def test_screen_stops_agreeing_probes_and_keeps_the_budget() -> None:
     assert all(u != "c" and u != "d" for rr in rounds[1:] for u, _ in rr)
 
 
+def test_screen_stratify_rollouts_caps_each_tasks_growth_at_its_share() -> None:
+    # two prompts of task x (mixed groups) and two of task y (all wrong), budget 32, growth by 2
+    # up to 16 per prompt. Uncapped, x's groups grow until the budget is gone: x takes 24 of
+    # the 32 rollouts. Capped, x stops at its share of the selected prompts (2 of 4 -> 16).
+    uids = ["x:1", "x:2", "y:1", "y:2"]
+
+    def per_task(cap: bool) -> dict[str, int]:
+        pl = make("uniform", uids=uids, pps=4, n=4, estimator="beta", allocator="screen", budget_rollouts=32,
+                  max_samples_per_prompt=16, stratify_rollouts=cap)
+        for u in uids:
+            pl.estimator.update(pl.index[u], 20, 40)  # believed mixed: full groups, no probes
+        rounds, out = run_step(pl, lambda u, r, k: float(u.startswith("x") and k % 2 == 1))
+        assert sorted(rounds[0]) == [(u, 4) for u in uids] and sorted(out.train) == uids
+        used = {"x": 0, "y": 0}
+        for rr in rounds:
+            for u, n in rr:
+                used[u[0]] += n
+        assert pl.metrics().get("planner/growth_capped", 0.0) == (4.0 if cap else 0.0)  # x's next 2 + 2
+        return used
+
+    assert per_task(False) == {"x": 24, "y": 8}
+    assert per_task(True) == {"x": 16, "y": 8}
+
+
 def test_dars_schedules_worked_values() -> None:
     et = HardnessAllocator(PlannerConfig(dars_schedule="et"), 8)
     hw = HardnessAllocator(PlannerConfig(dars_schedule="hw"), 8)

@@ -12,7 +12,8 @@
 - `RankAllocator` (E3): n_i = n_min + (B - P*n_min) * r_i / sum(r), remainder to the hardest.
 - `ScreenAllocator` (ours): a prompt whose belief expects an all-equal group gets a small
   probe first and the full group only if the probe surprises the belief; informative groups
-  grow by stages of n/2 while they stay informative.
+  grow by stages of n/2 while they stay informative; with stratify_rollouts a task's growth
+  stops at its share of the step budget.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rollwise.planner.base import Request
+from rollwise.planner.base import Request, task_of
 from rollwise.planner.estimators import rank_by_mean
 from rollwise.planner.knapsack import informative_value, needed_samples, solve_mckp
 from rollwise.planner.step import StepState
@@ -51,6 +52,10 @@ class Allocator:
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
         """Hook after each step; fixed allocators keep no state."""
+
+    def metrics(self) -> dict[str, float]:
+        """The step's allocator metrics (read before after_step)."""
+        return {}
 
     def _track_cost(self, st: StepState) -> None:
         if st.groups:
@@ -212,6 +217,7 @@ class ScreenAllocator(Allocator):
         self.max_n = cfg.max_samples_per_prompt or 2 * n
         self.stage = max(1, n // 2)
         self.believed_easy: dict[str, bool] = {}
+        self.capped = 0  # growth rollouts refused this step by stratify_rollouts
 
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
         idx = pl.indices(uids)
@@ -233,21 +239,43 @@ class ScreenAllocator(Allocator):
 
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
         left = st.budget - st.used_rollouts
+        cap, used = self._task_caps(st) if self.cfg.stratify_rollouts else ({}, {})
         out: list[Request] = []
         for g in st.groups.values():
+            t = task_of(g.uid)
             if g.uid in self.believed_easy and g.n < self.n:  # a probe: its one chance of a top-up
                 add = self.n - g.n if g.rounds == 1 and self.surprised(g) else 0
             elif g.n >= self.n and g.informative:
                 add = min(self.stage, self.max_n - g.n)
+                if cap and used[t] + add > cap[t]:  # growth stops at the task's share
+                    add, self.capped = 0, self.capped + add
             else:
                 add = 0
             if 0 < add <= left:
                 out.append(Request(g.uid, add))
                 left -= add
+                if cap:
+                    used[t] += add
         return out
+
+    @staticmethod
+    def _task_caps(st: StepState) -> tuple[dict[str, float], dict[str, int]]:
+        """Each task's share of the step budget (its share of the step's prompts) and its spending."""
+        count: dict[str, int] = {}
+        used: dict[str, int] = {}
+        for g in st.groups.values():
+            t = task_of(g.uid)
+            count[t] = count.get(t, 0) + 1
+            used[t] = used.get(t, 0) + g.requested
+        total = sum(count.values())
+        return {t: st.budget * c / total for t, c in count.items()}, used
+
+    def metrics(self) -> dict[str, float]:
+        return {"planner/growth_capped": float(self.capped)} if self.cfg.stratify_rollouts else {}
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
         self.believed_easy.clear()
+        self.capped = 0
         self._track_cost(st)
 
 

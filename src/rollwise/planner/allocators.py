@@ -217,7 +217,7 @@ class ScreenAllocator(Allocator):
         self.max_n = cfg.max_samples_per_prompt or 2 * n
         self.stage = max(1, n // 2)
         self.believed_easy: dict[str, bool] = {}
-        self.capped = 0  # growth rollouts refused this step by stratify_rollouts
+        self.capped: dict[str, int] = {}  # uid -> growth refused this step by stratify_rollouts (once per group)
 
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
         idx = pl.indices(uids)
@@ -239,22 +239,24 @@ class ScreenAllocator(Allocator):
 
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
         left = st.budget - st.used_rollouts
-        cap, used = self._task_caps(st) if self.cfg.stratify_rollouts else ({}, {})
+        stratify = self.cfg.stratify_rollouts
+        cap, used = self._task_caps(st) if stratify else ({}, {})
         out: list[Request] = []
         for g in st.groups.values():
-            t = task_of(g.uid)
+            t = task_of(g.uid) if stratify else ""
             if g.uid in self.believed_easy and g.n < self.n:  # a probe: its one chance of a top-up
                 add = self.n - g.n if g.rounds == 1 and self.surprised(g) else 0
             elif g.n >= self.n and g.informative:
                 add = min(self.stage, self.max_n - g.n)
-                if cap and used[t] + add > cap[t]:  # growth stops at the task's share
-                    add, self.capped = 0, self.capped + add
+                if stratify and used[t] + add > cap[t]:  # growth stops at the task's share
+                    self.capped.setdefault(g.uid, add)
+                    add = 0
             else:
                 add = 0
             if 0 < add <= left:
                 out.append(Request(g.uid, add))
                 left -= add
-                if cap:
+                if stratify:
                     used[t] += add
         return out
 
@@ -271,11 +273,11 @@ class ScreenAllocator(Allocator):
         return {t: st.budget * c / total for t, c in count.items()}, used
 
     def metrics(self) -> dict[str, float]:
-        return {"planner/growth_capped": float(self.capped)} if self.cfg.stratify_rollouts else {}
+        return {"planner/growth_capped": float(sum(self.capped.values()))} if self.cfg.stratify_rollouts else {}
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
         self.believed_easy.clear()
-        self.capped = 0
+        self.capped.clear()
         self._track_cost(st)
 
 

@@ -4,6 +4,7 @@
     .venv/bin/python bench/planner.py --seeds 0 --threads 1  # one seed per process, two in parallel:
     .venv/bin/python bench/planner.py --seeds 1 --threads 1  #   (tokens, not time, are compared)
     .venv/bin/python bench/planner.py --report               # table + PNG from the finished runs
+    .venv/bin/python bench/planner.py --report --out A --also B C   # one table over several folders
 
 Each strategy trains SmolLM2-135M-Instruct on the default task mixture (five reasoning-gym
 tasks whose base solve rates run from about 5% to 45%) drawn into a pool of `--train-size`
@@ -14,7 +15,10 @@ items (uniform: every `--uniform-eval-every` steps, ending at its last step).
 A strategy is `name` or `name:key=value:...` (planner config fields), as in `rollwise simulate`.
 A run whose curve is already in the output folder is not run again.
 
-Writes bench/out/planner/{results.json,curves.png,table.md}.
+Writes bench/out/planner/{results.json,curves.png,table.md}. The table has one row per
+strategy (means over seeds) and a paired summary against uniform over the seeds both ran:
+the mean difference in final accuracy with its standard error, and the share of uniform's
+tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share).
 """
 
 from __future__ import annotations
@@ -93,8 +97,26 @@ def run(args: argparse.Namespace, out: Path) -> None:
             print(json.dumps(c), flush=True)
 
 
-def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None) -> int:
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("*/curve.json"))]
+def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
+    """'| strategy | n | final - uniform (SE) | ahead on | share median | share <= 0.5 on |' cells."""
+    both = sorted(s for s in seeds if s in uni)
+    if not both:
+        return None
+    diff = [seeds[s]["points"][-1][1] - uni[s]["points"][-1][1] for s in both]
+    se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else float("nan")
+    shares = []
+    for s in both:
+        t = tokens_to_reach(seeds[s]["points"], uni[s]["points"][-1][1])
+        shares.append(float("inf") if t is None else t / uni[s]["points"][-1][0])
+    med = statistics.median(shares)
+    return (f"{len(both)} | {statistics.mean(diff) * 100:+.1f} ({se * 100:.1f}) | {sum(d > 0 for d in diff)} of {len(both)} "
+            f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} |")
+
+
+def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None,
+           also: list[Path] | None = None) -> int:
+    files = [p for d in [out, *(also or [])] for p in sorted(d.glob("*/curve.json"))]
+    runs = [json.loads(p.read_text()) for p in files]
     runs = [r for r in runs if (seeds is None or r["seed"] in seeds)
             and (strategies is None or r["strategy"] in strategies)]
     if not runs:
@@ -126,6 +148,12 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
             f"| {mean(r['points'][-1][1] for r in seeds.values()):.1%} "
             f"| {mean(r['points'][-1][0] for r in seeds.values()):,.0f} | {mean(r['steps'] for r in seeds.values()):.1f} "
             f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {', '.join(per_seed) or '-'} | {share} |")
+    lines += ["", "Paired with uniform on the same seed (points of accuracy; share of uniform's tokens to reach "
+              "its final accuracy):", "",
+              "| strategy | seeds | final - uniform (SE) | ahead on | share, median | share <= 0.5 on |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
+              if strategy != "uniform" and (row := paired_summary(uni, seeds))]
     table = "\n".join(lines)
     print(table)
     (out / "table.md").write_text(table + "\n")
@@ -168,6 +196,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: all cores)")
     ap.add_argument("--report", action="store_true", help="only build the table and PNG from finished runs")
     ap.add_argument("--out", default="bench/out/planner")
+    ap.add_argument("--also", nargs="+", type=Path, default=None,
+                    help="--report: more output folders whose finished runs join the table (written under --out)")
     ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
     args = ap.parse_args()
     out = Path(args.out)
@@ -175,7 +205,7 @@ def main() -> int:
     if not args.report:
         args.strategies, args.seeds = args.strategies or DEFAULT, args.seeds or [0, 1]
         run(args, out)
-    return report(out, args.seeds, args.strategies)
+    return report(out, args.seeds, args.strategies, args.also)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
     .venv/bin/python bench/planner.py --seeds 1 --threads 1  #   (tokens, not time, are compared)
     .venv/bin/python bench/planner.py --report               # table + PNG from the finished runs
     .venv/bin/python bench/planner.py --report --out A --also B C   # one table over several folders
+    .venv/bin/python bench/planner.py --report --versus adaptive    # also paired with adaptive
 
 Each strategy trains SmolLM2-135M-Instruct on the default task mixture (five reasoning-gym
 tasks whose base solve rates run from about 5% to 45%) drawn into a pool of `--train-size`
@@ -113,8 +114,25 @@ def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
             f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} |")
 
 
+def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list[str]:
+    """One row per seed: uniform's final accuracy and tokens, then each strategy's final accuracy and
+    its share of uniform's tokens to reach uniform's final accuracy."""
+    others = [s for s in by if s != "uniform"]
+    head = "| seed | uniform final (its tokens) | " + " | ".join(f"{s} final | share" for s in others) + " |"
+    rows = [head, "|---|---|" + "---|---|" * len(others)]
+    for seed in sorted(uni):
+        target, total = uni[seed]["points"][-1][1], uni[seed]["points"][-1][0]
+        cells = [f"{seed}", f"{target:.1%} ({total:,.0f})"]
+        for s in others:
+            r = by[s].get(seed)
+            t = tokens_to_reach(r["points"], target) if r else None
+            cells += ["-", "-"] if r is None else [f"{r['points'][-1][1]:.1%}", "never" if t is None else f"{t / total:.2f}"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
 def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None,
-           also: list[Path] | None = None) -> int:
+           also: list[Path] | None = None, versus: list[str] | None = None) -> int:
     files = [p for d in [out, *(also or [])] for p in sorted(d.glob("*/curve.json"))]
     runs = [json.loads(p.read_text()) for p in files]
     runs = [r for r in runs if (seeds is None or r["seed"] in seeds)
@@ -154,6 +172,15 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
               "|---|---|---|---|---|---|"]
     lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
               if strategy != "uniform" and (row := paired_summary(uni, seeds))]
+    for base in versus or []:
+        if base not in by:
+            continue
+        lines += ["", f"Paired with {base} on the same seed (share: of {base}'s tokens to reach its final accuracy):", "",
+                  "| strategy | seeds | final - " + base + " (SE) | ahead on | share, median | share <= 0.5 on |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
+                  if strategy not in ("uniform", base) and (row := paired_summary(by[base], seeds))]
+    lines += ["", *per_seed_table(uni, by)]
     table = "\n".join(lines)
     print(table)
     (out / "table.md").write_text(table + "\n")
@@ -196,6 +223,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: all cores)")
     ap.add_argument("--report", action="store_true", help="only build the table and PNG from finished runs")
     ap.add_argument("--out", default="bench/out/planner")
+    ap.add_argument("--versus", nargs="+", default=None,
+                    help="--report: strategies to pair the others with as well, besides uniform")
     ap.add_argument("--also", nargs="+", type=Path, default=None,
                     help="--report: more output folders whose finished runs join the table (written under --out)")
     ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
@@ -205,7 +234,7 @@ def main() -> int:
     if not args.report:
         args.strategies, args.seeds = args.strategies or DEFAULT, args.seeds or [0, 1]
         run(args, out)
-    return report(out, args.seeds, args.strategies, args.also)
+    return report(out, args.seeds, args.strategies, args.also, args.versus)
 
 
 if __name__ == "__main__":

@@ -321,6 +321,12 @@ def test_screen_stratify_rollouts_caps_each_tasks_growth_at_its_share() -> None:
     assert per_task(True) == {"x": 16, "y": 8}
 
 
+def test_adaptive_caps_growth_by_task_unless_told_not_to() -> None:
+    assert make("adaptive").cfg.stratify_rollouts is True
+    assert make("adaptive", stratify_rollouts=False).cfg.stratify_rollouts is False
+    assert make("mopps", allocator="screen").cfg.stratify_rollouts is False
+
+
 def test_dars_schedules_worked_values() -> None:
     et = HardnessAllocator(PlannerConfig(dars_schedule="et"), 8)
     hw = HardnessAllocator(PlannerConfig(dars_schedule="hw"), 8)

@@ -292,10 +292,11 @@ class PlannerConfig(_Section):
         "the candidates (the data mixture), choosing the best-scored within each task (None = strategy default: "
         "adaptive yes, mopps/vade no)."
     )
-    stratify_rollouts: bool = Field(
-        False, description="Screen allocator: a task's extra samples (growth of informative groups beyond "
+    stratify_rollouts: bool | None = Field(
+        None, description="Screen allocator: a task's extra samples (growth of informative groups beyond "
         "num_generations) stop once the task has spent its share of the step's rollout budget, its share being "
-        "that of the step's selected prompts; top-ups of probes to a full group are not capped."
+        "that of the step's selected prompts; top-ups of probes to a full group are not capped "
+        "(None = strategy default: adaptive yes)."
     )
     filter_zero_variance: bool | None = Field(
         None, description="Drop groups with equal rewards from training (None = strategy default: dapo, dars)."

@@ -11,12 +11,15 @@
 | dars     | window         | all                 | hardness  | none   | yes    |
 | ar3po    | window         | all                 | staged    | replay | no     |
 | e3       | rank           | all                 | rank      | none   | no     |
-| adaptive | irt            | posterior (expected)| screen    | replay | no     |
+| adaptive | irt            | posterior (expected)| screen*   | replay | no     |
+
+* growth of informative groups capped at each task's share of the step (stratify_rollouts).
 
 `adaptive` is rollwise's own combination (not a published method): a logistic belief that
 follows the policy's progress, selection by the expected gradient signal within each task's
 share of the data mixture (`stratify`), a cheap probe before a full group for prompts
-expected to teach nothing, and replay for all-wrong groups.
+expected to teach nothing, growth of informative groups capped at each task's share of the
+step's rollouts (`stratify_rollouts`), and replay for all-wrong groups.
 
 Any part can be swapped by name in the config (planner.estimator, planner.selector, ...).
 """
@@ -43,7 +46,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ar3po": {"estimator": "window", "selector": "all", "allocator": "staged", "repair": "replay"},
     "e3": {"estimator": "rank", "selector": "all", "allocator": "rank", "repair": "none"},
     "adaptive": {"estimator": "irt", "selector": "posterior", "allocator": "screen", "repair": "replay",
-                 "score": "expected", "stratify": True},
+                 "score": "expected", "stratify": True, "stratify_rollouts": True},
 }
 
 STRATEGIES: tuple[str, ...] = tuple(PRESETS)
@@ -63,6 +66,8 @@ def make_planner(
     if num_generations < 1 or prompts_per_step < 1:
         raise ValueError("prompts_per_step and num_generations must be >= 1")
     preset = PRESETS[cfg.strategy]
+    if cfg.stratify_rollouts is None:  # resolved once, so every part reads the preset's choice
+        cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})
     size = len(uids)
     est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids))
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify

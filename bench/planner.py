@@ -166,17 +166,12 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
             f"| {mean(r['points'][-1][1] for r in seeds.values()):.1%} "
             f"| {mean(r['points'][-1][0] for r in seeds.values()):,.0f} | {mean(r['steps'] for r in seeds.values()):.1f} "
             f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {', '.join(per_seed) or '-'} | {share} |")
-    lines += ["", "Paired with uniform on the same seed (points of accuracy; share of uniform's tokens to reach "
-              "its final accuracy):", "",
-              "| strategy | seeds | final - uniform (SE) | ahead on | share, median | share <= 0.5 on |",
-              "|---|---|---|---|---|---|"]
-    lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
-              if strategy != "uniform" and (row := paired_summary(uni, seeds))]
-    for base in versus or []:
+    for base in ["uniform", *(versus or [])]:
         if base not in by:
             continue
-        lines += ["", f"Paired with {base} on the same seed (share: of {base}'s tokens to reach its final accuracy):", "",
-                  "| strategy | seeds | final - " + base + " (SE) | ahead on | share, median | share <= 0.5 on |",
+        lines += ["", f"Paired with {base} on the same seed (points of accuracy; share of {base}'s tokens to reach "
+                  "its final accuracy):", "",
+                  f"| strategy | seeds | final - {base} (SE) | ahead on | share, median | share <= 0.5 on |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
                   if strategy not in ("uniform", base) and (row := paired_summary(by[base], seeds))]

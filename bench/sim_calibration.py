@@ -64,6 +64,16 @@ class RecordingWorld(World):
         return super().learn(groups, train, replay)
 
 
+def binned(x: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """('[lo, hi)', mask) for each non-empty bin of BINS."""
+    out = []
+    for lo, hi in zip(BINS[:-1], BINS[1:]):
+        m = (x >= lo) & (x < hi)
+        if m.any():
+            out.append((f"[{lo:.2f}, {min(hi, 1):.2f})", m))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategy", default="adaptive", help="NAME[:KEY=VALUE...] as in rollwise simulate")
@@ -87,17 +97,12 @@ def main() -> None:
           f"wasted (equal rewards) {n[wasted].sum() / total:.3f}\n")
     print("| true solve rate | visits | share of rollouts | wasted share | mean belief |")
     print("|---|---|---|---|---|")
-    for lo, hi in zip(BINS[:-1], BINS[1:]):
-        m = (q >= lo) & (q < hi)
-        if m.any():
-            print(f"| [{lo:.2f}, {min(hi, 1):.2f}) | {m.sum()} | {n[m].sum() / total:.3f} | "
-                  f"{n[m & wasted].sum() / total:.3f} | {b[m].mean():.3f} |")
+    for label, m in binned(q):
+        print(f"| {label} | {m.sum()} | {n[m].sum() / total:.3f} | {n[m & wasted].sum() / total:.3f} | {b[m].mean():.3f} |")
     print("\n| belief | visits | mean belief | true mean |")
     print("|---|---|---|---|")
-    for lo, hi in zip(BINS[:-1], BINS[1:]):
-        m = (b >= lo) & (b < hi)
-        if m.any():
-            print(f"| [{lo:.2f}, {min(hi, 1):.2f}) | {m.sum()} | {b[m].mean():.3f} | {q[m].mean():.3f} |")
+    for label, m in binned(b):
+        print(f"| {label} | {m.sum()} | {b[m].mean():.3f} | {q[m].mean():.3f} |")
     print("\n| trained at the previous visit (4c(n-c)/n) | revisits | residual per rollout |")
     print("|---|---|---|")
     for lo, hi in [(0, 0), (1e-9, 4), (4, 8), (8, 1e9)]:

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from rollwise.config import load_config
+from rollwise.environment import compare_environments, load_environment
 from rollwise.loop import train
 from rollwise.sim.command import parse_strategy
 from rollwise.tracking import read_metrics
@@ -134,12 +135,16 @@ def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list
 def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None,
            also: list[Path] | None = None, versus: list[str] | None = None) -> int:
     files = [p for d in [out, *(also or [])] for p in sorted(d.glob("*/curve.json"))]
-    runs = [json.loads(p.read_text()) for p in files]
-    runs = [r for r in runs if (seeds is None or r["seed"] in seeds)
-            and (strategies is None or r["strategy"] in strategies)]
-    if not runs:
+    loaded = [(p.parent, json.loads(p.read_text())) for p in files]
+    loaded = [(d, r) for d, r in loaded if (seeds is None or r["seed"] in seeds)
+              and (strategies is None or r["strategy"] in strategies)]
+    if not loaded:
         print(f"no finished runs under {out}")
         return 1
+    runs = [r for _, r in loaded]
+    differ = compare_environments({d.name: load_environment(d) for d, _ in loaded})
+    if differ:  # runs computed on different CPUs, thread counts or libraries do not pair seed by seed
+        print("Warning: these runs were not all computed in the same environment:\n  " + "\n  ".join(differ) + "\n")
     by: dict[str, dict[int, dict]] = {}
     order = {s: i for i, s in enumerate(DEFAULT)}
     for r in sorted(runs, key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["seed"])):

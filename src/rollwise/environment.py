@@ -99,8 +99,11 @@ def record_environment(run_dir: Path, resumed_from_step: int | None = None) -> d
             entries = []  # a torn write from a killed run: start the list again rather than stop the run
     entries.append(entry)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(entries, indent=1) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(entries, indent=1) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:  # a record, not the run: a full disk stops the run at its checkpoint, with its own message
+        print(f"rollwise: warning: could not write {path} ({e.strerror})", file=sys.stderr)
     return entry
 
 

@@ -1,0 +1,100 @@
+"""The default job (`rollwise train`, 40 steps) with the uniform and the adaptive planner, paired by seed.
+
+    .venv/bin/python bench/default_planner.py --seeds 0 1 2 3            # 8 runs, two side by side, ~85 min
+    .venv/bin/python bench/default_planner.py --seeds 0 1 2 3 --report   # the table from finished runs
+
+Both strategies run the same number of steps (the default job is bounded by steps and time, not
+tokens), one torch thread each, so that two runs share the 2 cores. Each run is
+`rollwise train run.seed=N planner.strategy=S run.torch_threads=1`; held-out accuracy is the
+job's own greedy evaluation on its 300 items, before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+STRATEGIES = ("uniform", "adaptive")
+
+
+def train(out: Path, seed: int, strategy: str) -> None:
+    name = f"{strategy}-seed{seed}"
+    if (out / name / "metrics.jsonl").is_file() and result(out / name):
+        print(f"{name}: done already", flush=True)
+        return
+    cmd = [sys.executable, "-m", "rollwise", "train", f"run.seed={seed}", f"planner.strategy={strategy}",
+           "run.torch_threads=1", f"run.output_dir={out}", f"run.name={name}", "run.progress=false"]
+    if (out / name / "checkpoints").is_dir() and any((out / name / "checkpoints").iterdir()):
+        cmd[4:] = ["--resume", str(out / name)]  # a killed run continues from its last checkpoint
+    with open(out / f"{name}.log", "w") as log:
+        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    print(f"{name}: finished", flush=True)
+
+
+def result(run_dir: Path) -> dict | None:
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    evals = [r for r in rows if "eval/accuracy" in r]
+    steps = [r for r in rows if "time/step_s" in r]
+    if len(evals) < 2 or not steps or steps[-1]["step"] < 40:
+        return None
+    return {"before": evals[0]["eval/accuracy"], "after": evals[-1]["eval/accuracy"],
+            "tokens": steps[-1]["rollout/tokens_total"], "rollouts": steps[-1]["rollout/rollouts_total"],
+            "len_last": statistics.mean(r["rollout/response_len_mean"] for r in steps[-5:])}
+
+
+def report(out: Path, seeds: list[int]) -> int:
+    runs = {(s, st): result(out / f"{st}-seed{s}") for s in seeds for st in STRATEGIES
+            if (out / f"{st}-seed{s}" / "metrics.jsonl").is_file()}
+    lines = ["| seed | before | uniform after (gain) | adaptive after (gain) | adaptive - uniform | rollout tokens "
+             "uniform / adaptive | response length, last 5 steps, uniform / adaptive |", "|---|---|---|---|---|---|---|"]
+    diffs, gains = [], {st: [] for st in STRATEGIES}
+    for s in seeds:
+        u, a = runs.get((s, "uniform")), runs.get((s, "adaptive"))
+        if not (u and a):
+            continue
+        diffs.append(a["after"] - u["after"])
+        for st, r in (("uniform", u), ("adaptive", a)):
+            gains[st].append(r["after"] - r["before"])
+        lines.append(f"| {s} | {u['before']:.1%} | {u['after']:.1%} ({100 * (u['after'] - u['before']):+.1f}) "
+                     f"| {a['after']:.1%} ({100 * (a['after'] - a['before']):+.1f}) | {100 * diffs[-1]:+.1f} "
+                     f"| {u['tokens']:,.0f} / {a['tokens']:,.0f} | {u['len_last']:.1f} / {a['len_last']:.1f} |")
+    if not diffs:
+        print(f"no finished pairs under {out}")
+        return 1
+    table = "\n".join(lines)
+    mean_gain = {st: 100 * statistics.mean(g) for st, g in gains.items()}
+    summary = (f"mean gain: uniform {mean_gain['uniform']:+.1f}, adaptive {mean_gain['adaptive']:+.1f} points; "
+               f"adaptive - uniform {100 * statistics.mean(diffs):+.1f}")
+    if len(diffs) > 1:
+        se = 100 * statistics.stdev(diffs) / len(diffs) ** 0.5
+        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE), adaptive ahead on "
+                    f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")
+    print(table + "\n\n" + summary)
+    (out / "table.md").write_text(table + "\n\n" + summary + "\n")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    ap.add_argument("--out", default="bench/out/default_planner")
+    ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if not args.report:
+        out.mkdir(parents=True, exist_ok=True)
+        jobs = [(s, st) for s in args.seeds for st in STRATEGIES]
+        with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
+            list(pool.map(lambda job: train(out, *job), jobs))
+    return report(out, args.seeds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -36,17 +36,22 @@ def _version(name: str) -> str | None:
         return None
 
 
+def _cpuinfo() -> list[str]:
+    """/proc/cpuinfo's lines; none where the platform has no such file (macOS, Windows)."""
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def _cpu() -> dict[str, Any]:
     model, flags = "", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():  # the first core's entries
-            key, _, value = (part.strip() for part in line.partition(":"))
-            if key in ("model name", "Hardware") and not model:
-                model = value
-            elif key in ("flags", "Features") and not flags:
-                flags = set(value.split())
-    except OSError:
-        pass
+    for line in _cpuinfo():  # the first core's entries
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in ("model name", "Hardware") and not model:
+            model = value
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
     model = model or platform.processor() or platform.machine()
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
     return {"model": model, "cores": os.cpu_count(), "flags": sorted(f for f in CPU_FLAGS if f in flags),
@@ -90,14 +95,7 @@ def record_environment(run_dir: Path, resumed_from_step: int | None = None) -> d
     """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume)."""
     path = Path(run_dir) / FILENAME
     entry = {**describe_environment(), "resumed_from_step": resumed_from_step}
-    entries: list[dict[str, Any]] = []
-    if path.is_file():
-        try:
-            loaded = json.loads(path.read_text())
-            entries = loaded if isinstance(loaded, list) else [loaded]
-        except ValueError:
-            entries = []  # a torn write from a killed run: start the list again rather than stop the run
-    entries.append(entry)
+    entries = [*_entries(path), entry]
     tmp = path.with_suffix(".json.tmp")
     try:
         tmp.write_text(json.dumps(entries, indent=1) + "\n")
@@ -107,13 +105,18 @@ def record_environment(run_dir: Path, resumed_from_step: int | None = None) -> d
     return entry
 
 
+def _entries(path: Path) -> list[dict[str, Any]]:
+    """The recorded entries; none when the file is missing or torn (a run killed mid-write)."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return loaded if isinstance(loaded, list) else [loaded]
+
+
 def load_environment(run_dir: Path) -> dict[str, Any] | None:
-    """The environment a run started in, or None for run folders written before rollwise recorded it."""
-    path = Path(run_dir) / FILENAME
-    if not path.is_file():
-        return None
-    loaded = json.loads(path.read_text())
-    entries = loaded if isinstance(loaded, list) else [loaded]
+    """The environment a run started in, or None where none was recorded (older run folders)."""
+    entries = _entries(Path(run_dir) / FILENAME)
     return entries[0] if entries else None
 
 

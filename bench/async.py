@@ -33,7 +33,7 @@ def run(args, mode: str, out: Path) -> dict:
     shutil.rmtree(out / name, ignore_errors=True)  # a benchmark starts from scratch
     overrides = [f"train.max_steps={args.steps}", f"run.seed={args.seed}", "run.save_every=0",
                  f"run.output_dir={out}", f"run.name={name}", "run.progress=false", "eval.at_start=false",
-                 f"data.eval_size={args.eval_size}"]
+                 f"data.eval_size={args.eval_size}", f"planner.strategy={args.strategy}"]
     if mode == "sync":
         overrides += ["run.torch_threads=2"]
     else:
@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--eta", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-size", type=int, default=300)
+    ap.add_argument("--strategy", default="uniform", help="planner.strategy of both runs (the recorded figures are "
+                    "uniform's; rollwise's default is adaptive)")
     ap.add_argument("--out", default="bench/out/async")
     args = ap.parse_args()
     out = Path(args.out)

@@ -35,6 +35,7 @@ def run(args, seed: int, spec: bool, out: Path) -> dict:
         f"train.max_steps={args.steps}", f"run.seed={seed}", "run.save_every=0", f"run.output_dir={out}",
         f"run.name={name}", "run.progress=false", "eval.at_start=false", "eval.at_end=true",
         f"run.torch_threads={args.threads}", f"rollout.engine_dtype={args.engine_dtype}",
+        "planner.strategy=uniform",  # the recorded figures are uniform's; pass planner.strategy=... to change it
     ] + list(args.overrides)
     res = train(load_config(None, overrides), quiet=True)
     h = res.history

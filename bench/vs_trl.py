@@ -37,6 +37,7 @@ def shared_overrides(args, seed: int, out: Path, name: str) -> list[str]:
         f"rollout.max_completion_length={args.max_tokens}", f"run.seed={seed}", "run.save_every=0",
         f"run.output_dir={out}", f"run.name={name}", "run.progress=false", "eval.at_start=false", "eval.at_end=false",
         f"data.eval_size={args.eval_size}",
+        f"planner.strategy={args.strategy}",
     ]
 
 
@@ -92,6 +93,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--eval-size", type=int, default=300)
+    ap.add_argument("--strategy", default="uniform", help="rollwise's planner.strategy (default uniform: TRL's fixed "
+                    "group per prompt, so the comparison is of the loop; rollwise's own default is adaptive)")
     ap.add_argument("--out", default="bench/out/vs_trl")
     args = ap.parse_args()
     set_threads(None)

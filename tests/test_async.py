@@ -64,14 +64,19 @@ def test_staleness_bound_holds_on_every_trained_sample(tiny_model_dir, tmp_path)
 
 
 @pytest.mark.skipif(os.environ.get("ROLLWISE_SKIP_RAY") == "1", reason="ROLLWISE_SKIP_RAY=1")
-def test_ray_workers_train_and_resume(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("strategy", ["uniform", "adaptive"])
+def test_ray_workers_train_and_resume(tiny_model_dir, tmp_path, strategy):
     extra = ["eval.at_start=false", "eval.at_end=false", "distributed.backend=ray",
-             "distributed.rollout_workers=2", "distributed.async_training=true"]
+             "distributed.rollout_workers=2", "distributed.async_training=true", f"planner.strategy={strategy}"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "ray", 2, extra)]) == 0
     assert main(["train", "--resume", str(tmp_path / "ray"), "train.max_steps=4"]) == 0
     rows = _rows(tmp_path / "ray")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert all(r["rollout/rollouts"] == 16 for r in rows)
+    if strategy == "uniform":  # the workers deliver exactly the plan: 4 prompts x 4 samples, every step
+        assert all(r["rollout/rollouts"] == 16 for r in rows)
+    else:  # adaptive probes some prompts with 2 samples, so a step's count varies
+        assert all(0 < r["rollout/rollouts"] for r in rows) and all("planner/effective_ratio" in r for r in rows)
+        assert any(r["rollout/rollouts"] != 16 for r in rows), "adaptive planned like uniform: the option was ignored"
     assert (tmp_path / "ray" / "checkpoints" / "step_000004").is_dir()
 
 

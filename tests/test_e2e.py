@@ -89,7 +89,7 @@ def test_console_entry_point_help():
     assert "algo.epsilon_high" in out.stdout
 
 
-@pytest.mark.parametrize("strategy", ["dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3", "adaptive"])
+@pytest.mark.parametrize("strategy", ["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3"])  # adaptive: the default, in every other test
 def test_every_planner_strategy_trains_and_resumes(tiny_model_dir, tmp_path, strategy):
     extra = ["eval.at_start=false", "eval.at_end=false", f"planner.strategy={strategy}"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "p", 2, extra)]) == 0

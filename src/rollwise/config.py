@@ -237,7 +237,8 @@ PlannerStrategy = Literal["uniform", "dapo", "greso", "mopps", "vade", "knapsack
 
 class PlannerConfig(_Section):
     strategy: PlannerStrategy = Field(
-        "uniform", description="Rollout planning preset: uniform, dapo, greso, mopps, vade, knapsack, dars, ar3po, e3, adaptive (ours)."
+        "adaptive", description="Rollout planning preset: adaptive (ours, the default), uniform (TRL's fixed group per prompt), "
+        "dapo, greso, mopps, vade, knapsack, dars, ar3po, e3."
     )
     estimator: Literal["beta", "two_scale_beta", "window", "last_visit", "rank", "irt"] | None = Field(
         None, description="Solve-rate estimator part (None = the strategy's own)."

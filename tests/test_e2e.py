@@ -52,7 +52,9 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert [e["step"] for e in evals] == [0, 8] and "eval/pass@2" in evals[0]
     # the policy really moved toward the reward: greedy held-out accuracy (deterministic given the weights)
     assert evals[1]["eval/accuracy"] >= evals[0]["eval/accuracy"] + 0.5, evals
-    assert "held-out accuracy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "held-out accuracy" in out
+    assert "planner" in out and "adaptive" in out and "effective ratio (mean)" in out  # the default planner, named
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000
     assert main(["eval", str(run), "run.progress=false"]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
@@ -57,6 +58,9 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
         out["train reward (last quarter)"] = f"{sum(h['rollout/reward_mean'] for h in steps[-k:]) / k:.3f}"
         out["rollouts generated"] = int(steps[-1].get("rollout/rollouts_total", 0))
         out["rollout tokens"] = int(steps[-1].get("rollout/tokens_total", 0))
+        eff = [h["planner/effective_ratio"] for h in steps if "planner/effective_ratio" in h]
+        if eff:  # share of trained samples in groups whose rewards differ: what the planner buys
+            out["effective ratio (mean)"] = f"{sum(eff) / len(eff):.2f}"
         times = sorted(h["time/step_s"] for h in steps)
         out["median step time (s)"] = f"{times[len(times) // 2]:.1f}"
         gen = sum(h["time/generate_s"] for h in steps)
@@ -68,11 +72,23 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _planner_strategy(run_dir: Path) -> str | None:
+    """The run's planner.strategy from its config.yaml (None when the file is missing or unreadable)."""
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        return str(cfg["planner"]["strategy"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     from rollwise.environment import load_environment
     from rollwise.tracking import read_metrics
 
     summary = summarize(read_metrics(run_dir))
+    strategy = _planner_strategy(run_dir)
+    if strategy:
+        summary = {"planner": strategy, **summary}
     env = load_environment(run_dir)
     if env:
         cpu, pk = env["cpu"], env["packages"]

@@ -4,7 +4,6 @@
     .venv/bin/python bench/spec_reuse.py --seeds 0 --steps 12    # quicker look
 
 For each seed, two runs of `rollwise train` that differ only in `rollout.speculative_reuse`
-(with `--source`, which earlier responses the reuse run keeps: `rollout.spec_source`)
 (both engines compute in `--engine-dtype`, float32 by default, which reuse needs):
 SmolLM2-135M-Instruct on the default task mixture restricted to `--train-size` prompts, so
 that `--steps` steps of `--prompts` prompts x 8 samples revisit every prompt many times
@@ -27,13 +26,12 @@ from rollwise.loop import train
 
 
 def run(args, seed: int, spec: bool, out: Path) -> dict:
-    name = f"seed{seed}-{'spec-' + args.source if spec else 'plain'}"
+    name = f"seed{seed}-{'spec' if spec else 'plain'}"
     shutil.rmtree(out / name, ignore_errors=True)  # a benchmark starts from scratch
     overrides = [
         f"data.train_size={args.train_size}", f"data.eval_size={args.eval_size}",
         f"rollout.prompts_per_step={args.prompts}", "rollout.num_generations=8",
         f"rollout.speculative_reuse={str(spec).lower()}", f"rollout.spec_lenience={args.lenience}",
-        f"rollout.spec_source={args.source}",
         f"train.max_steps={args.steps}", f"run.seed={seed}", "run.save_every=0", f"run.output_dir={out}",
         f"run.name={name}", "run.progress=false", "eval.at_start=false", "eval.at_end=true",
         f"run.torch_threads={args.threads}", f"rollout.engine_dtype={args.engine_dtype}",
@@ -64,9 +62,6 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
     ap.add_argument("--eval-size", type=int, default=200)
     ap.add_argument("--lenience", type=float, default=1.0)
-    ap.add_argument("--source", default="untrained", choices=["untrained", "all"],
-                    help="rollout.spec_source of the reuse run: untrained (the default) or all (SPEC-RL, every "
-                    "earlier response; the figures before 2026-12-02 in RESULTS)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine-dtype", default="float32", choices=["auto", "float32", "bfloat16"],
                     help="engine dtype of both runs (auto: bf16 plain, fp32 reuse, as rollwise train picks)")
@@ -85,10 +80,10 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.steps} steps x {args.prompts} prompts x 8 samples on {args.train_size} prompts "
           f"({args.steps * args.prompts / args.train_size:.0f} epochs), lenience {args.lenience:g}")
-    print(f"{'run':<22}{'rollout s':>10}{'tokens':>9}{'reused':>8}{'accept':>8}{'held-out':>10}")
+    print(f"{'run':<14}{'rollout s':>10}{'tokens':>9}{'reused':>8}{'accept':>8}{'held-out':>10}")
     for r in rows:
         acc = f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-"
-        print(f"{r['name']:<22}{r['rollout_s']:>10.0f}{r['sampled_tokens']:>9.0f}{r['tokens_reused']:>8.0f}{acc:>8}"
+        print(f"{r['name']:<14}{r['rollout_s']:>10.0f}{r['sampled_tokens']:>9.0f}{r['tokens_reused']:>8.0f}{acc:>8}"
               f"{r['accuracy']:>10.1%}")
     for seed in args.seeds if len(args.modes) == 2 else []:
         plain, spec = [r for r in rows if r["name"].startswith(f"seed{seed}-")]

@@ -148,30 +148,3 @@ def test_verify_at_lenience_one_samples_the_new_policy(tiny_model_dir, tok, monk
     monkeypatch.setattr(engine_module, "residual_distribution", lambda p_new, p_old, lenience=1.0: p_new)
     stat_bad, df_bad = _chi2(first_tokens(3), p_new)
     assert stat_bad > _chi2_critical(df_bad), (stat_bad, df_bad)
-
-
-def test_trained_prompts_are_those_with_a_policy_gradient_signal():
-    from rollwise.loop import trained_prompts
-    from rollwise.types import Sample
-
-    def s(uid, adv, stop=False):
-        x = Sample(uid, 0, [1], [2], [0.0], [0], "stop", reward=0.0, stop_gradient=stop)
-        x.advantage = adv
-        return x
-
-    batch = [s("mixed", 0.5), s("mixed", -0.5), s("equal", 0.0), s("equal", 0.0),
-             s("replayed", 0.0), s("replayed", 0.0), s("replayed", 0.9, stop=True)]
-    # the replayed response itself gets no gradient; its wrong siblings would carry advantages != 0
-    assert trained_prompts(batch) == {"mixed"}
-    batch[4].advantage = -0.3
-    assert trained_prompts(batch) == {"mixed", "replayed"}
-
-
-def test_forget_drops_banked_prompts_and_counts_them(tiny_model_dir, tok):
-    model = _perturbed(tiny_model_dir, 0.3, 0)
-    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
-    ex = RolloutExecutor(_engine(model, tok, [tok.eos_token_id]), prompts, 8, 1.0, speculative=True)
-    ex.generate([Request(u, 2) for u in prompts])
-    assert set(ex.bank) == set(prompts)
-    assert ex.forget({"p0", "p1", "nowhere"}) == 2
-    assert set(ex.bank) == set(prompts) - {"p0", "p1"}

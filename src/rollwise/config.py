@@ -156,16 +156,9 @@ class RolloutConfig(_Section):
         False, description="SPEC-RL: when a prompt comes back, verify its previous responses under the current "
         "policy, keep the accepted prefix and generate only the rest (needs engine=continuous). The engine then "
         "runs in fp32 (rollout.engine_dtype=auto): in bf16 decoding and verification round differently and reject "
-        "tokens for nothing. Which responses are kept: rollout.spec_source (with spec_source=all the policy has been "
-        "trained on the responses it verifies and keeps the rewarded ones far more often than a fresh sample would, "
-        "bench/spec_memorization.py; on a small prompt set revisited every few steps that cost 7-8.5 points of "
-        "held-out accuracy, bench/RESULTS.md).")
-    spec_source: Literal["untrained", "all"] = Field(
-        "untrained", description="Speculative reuse: which earlier responses are kept for verification. untrained: "
-        "only those of groups that got no policy-gradient signal (equal rewards, advantage 0), which the current "
-        "weights were not fitted to; the output then differs from the current policy by at most the old solve "
-        "rate (all-wrong groups) or failure rate (all-correct ones). all: every earlier response (SPEC-RL), which "
-        "the policy was trained on and keeps far more often than a fresh sample would.")
+        "tokens for nothing. Caution: the policy has been trained on the responses it verifies, so it keeps the "
+        "ones it was rewarded for far more often than a fresh sample would (bench/spec_memorization.py); on a small "
+        "prompt set revisited every few steps this cost 7-8.5 points of held-out accuracy (bench/RESULTS.md).")
     spec_lenience: float = Field(
         1.0, gt=0, description="Speculative reuse: accept an old token with probability "
         "min(1, lenience * p_new / p_old). 1 is exact (the output follows the current policy); SPEC-RL uses e^0.5, "

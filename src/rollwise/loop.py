@@ -367,10 +367,6 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         tt = time.perf_counter()
         metrics: dict[str, float] = run.trainer.compute_advantages(produced.batch)
         metrics.update(run.trainer.update(produced.batch))
-        if ro.speculative_reuse:
-            if ro.spec_source == "untrained":  # keep only responses the new weights were not fitted to
-                metrics["spec/forgotten_prompts"] = float(executor.forget(trained_prompts(produced.batch)))
-            metrics["spec/bank_prompts"] = float(len(executor.bank))
         engine.load_weights(merged_state_dict(run.model), version=step + 1)
         metrics["time/train_s"] = time.perf_counter() - tt
 
@@ -389,11 +385,6 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
             break
     progress.close()
     return finish(run, last_step, quiet)
-
-
-def trained_prompts(batch: list[Sample]) -> set[str]:
-    """Prompts with a sample that got a policy-gradient signal (a non-zero advantage) this step."""
-    return {s.prompt_uid for s in batch if not s.stop_gradient and s.advantage != 0.0}
 
 
 def _group_results(samples: dict[str, list[Sample]], uids: Any) -> list[GroupResult]:

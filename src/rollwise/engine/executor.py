@@ -182,15 +182,6 @@ class RolloutExecutor:
             engine.drop_held()
         return finished, pending
 
-    def forget(self, uids: set[str]) -> int:
-        """Drop these prompts' responses from the speculative-reuse bank (the loop calls this for
-        prompts whose responses were just trained on, with rollout.spec_source=untrained); returns
-        how many prompts had banked responses."""
-        gone = [u for u in uids if u in self.bank]
-        for u in gone:
-            del self.bank[u]
-        return len(gone)
-
     def _new_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1

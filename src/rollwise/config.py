@@ -158,7 +158,8 @@ class RolloutConfig(_Section):
         "runs in fp32 (rollout.engine_dtype=auto): in bf16 decoding and verification round differently and reject "
         "tokens for nothing. Caution: the policy has been trained on the responses it verifies, so it keeps the "
         "ones it was rewarded for far more often than a fresh sample would (bench/spec_memorization.py); on a small "
-        "prompt set revisited every few steps this cost 7-8.5 points of held-out accuracy (bench/RESULTS.md).")
+        "prompt set revisited every few steps this cost 7-8.5 points of held-out accuracy, and keeping only responses "
+        "that got no gradient still cost 4.5 (bench/RESULTS.md).")
     spec_lenience: float = Field(
         1.0, gt=0, description="Speculative reuse: accept an old token with probability "
         "min(1, lenience * p_new / p_old). 1 is exact (the output follows the current policy); SPEC-RL uses e^0.5, "

@@ -132,6 +132,40 @@ def test_killed_run_resumes_without_duplicate_or_lost_steps(tiny_model_dir, tmp_
     assert _train_lines(tmp_path / "killed") == _train_lines(tmp_path / "ref")
 
 
+def test_full_disk_stops_with_a_clear_error_and_the_run_resumes(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The disk fills while step 3's metrics are written (half a line lands): exit 2 with what to do;
+    after space is freed, --resume restarts from the step-2 checkpoint and logs each step once."""
+    import builtins
+    import errno
+
+    import rollwise.tracking as tracking
+
+    class FillingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            if text.startswith('{"step": 3') and "rollout/reward_mean" in text:
+                self.f.write(text[: len(text) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(text)
+
+    monkeypatch.setattr(tracking, "open", lambda *a, **k: FillingFile(builtins.open(*a, **k)), raising=False)
+    quiet = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 4, quiet)]) == 2
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "free disk space" in err and "--resume" in err
+    monkeypatch.delattr(tracking, "open")
+    assert main(["train", "--resume", str(tmp_path / "full")]) == 0
+    assert [r["step"] for r in _train_lines(tmp_path / "full")] == [1, 2, 3, 4]
+
+
 def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir, tmp_path):
     """A small prompt pool revisited every step: resumed prefixes and reused responses both occur,
     and a run stopped half-way and resumed logs exactly what the uninterrupted run logs."""

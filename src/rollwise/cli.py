@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -128,16 +129,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from rollwise.config import ConfigError
     from rollwise.models import ModelError
+    from rollwise.tracking import StorageError
     from rollwise.training.checkpoint import CheckpointError
 
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, ModelError, CheckpointError, FileNotFoundError, FileExistsError) as e:
+    except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rollwise: interrupted; resume with `rollwise train --resume RUN_DIR`", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        print(f"rollwise: error: disk full{where} ({e.strerror}); free disk space or change run.output_dir. A run "
+              "continues from its last checkpoint with `rollwise train --resume RUN_DIR`.", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

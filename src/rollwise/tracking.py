@@ -5,17 +5,36 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+
+class StorageError(RuntimeError):
+    """A run's files could not be written (usually a full disk); the message says what to do."""
+
+
+def _parse(text: str) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """(line, row) for every readable line, and how many lines were unreadable (a line cut short
+    by a run killed, or a disk filled, while writing it)."""
+    rows, bad = [], 0
+    for ln in text.splitlines():
+        if not ln.strip():
+            continue
+        try:
+            rows.append((ln, json.loads(ln)))
+        except json.JSONDecodeError:
+            bad += 1
+    return rows, bad
 
 
 class Tracker:
     def __init__(self, run_dir: Path, tensorboard: bool = True, truncate_after_step: int | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         if truncate_after_step is not None and self.path.exists():
-            # On resume, forget lines written after the checkpoint we resume from.
-            keep = [ln for ln in self.path.read_text().splitlines() if ln.strip()
-                    and json.loads(ln).get("step", 0) <= truncate_after_step]
+            # On resume, forget lines written after the checkpoint we resume from (and cut-short ones).
+            rows, _ = _parse(self.path.read_text())
+            keep = [ln for ln, row in rows if row.get("step", 0) <= truncate_after_step]
             self.path.write_text("".join(ln + "\n" for ln in keep))
         self.writer = None
         if tensorboard:
@@ -25,13 +44,20 @@ class Tracker:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in metrics.items()}
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"step": step, **clean}) + "\n")
-        if self.writer is not None:
-            for k, v in clean.items():
-                if isinstance(v, float) and math.isfinite(v):
-                    self.writer.add_scalar(k, v, step)
-            self.writer.flush()
+        try:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"step": step, **clean}) + "\n")
+            if self.writer is not None:
+                for k, v in clean.items():
+                    if isinstance(v, float) and math.isfinite(v):
+                        self.writer.add_scalar(k, v, step)
+                self.writer.flush()
+        except OSError as e:
+            raise StorageError(
+                f"could not write the metrics of step {step} to {self.path.parent} ({e.strerror}); free disk space "
+                f"or change run.output_dir, then continue with `rollwise train --resume {self.path.parent}` "
+                "(it restarts from the last checkpoint; nothing before it is lost)"
+            ) from None
 
     def close(self) -> None:
         if self.writer is not None:
@@ -42,4 +68,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is '{run_dir}' a rollwise run folder?")
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    rows, bad = _parse(path.read_text())
+    if bad:
+        print(f"rollwise: skipped {bad} unreadable line{'s' if bad > 1 else ''} of {path} (cut short by a run "
+              "that stopped while writing)", file=sys.stderr)
+    return [row for _, row in rows]

@@ -1,0 +1,50 @@
+"""Metrics files survive what kills runs: a partial last line (killed mid-write) and a full disk."""
+
+import errno
+import json
+
+import pytest
+
+from rollwise.tracking import StorageError, Tracker, read_metrics
+
+
+def test_resume_drops_a_partial_last_line_and_later_steps(tmp_path):
+    t = Tracker(tmp_path, tensorboard=False)
+    for step in (1, 2, 3):
+        t.log(step, {"rollout/reward_mean": 0.1 * step})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "rollout/rew')  # killed while writing step 4
+    Tracker(tmp_path, tensorboard=False, truncate_after_step=2).log(3, {"rollout/reward_mean": 0.5})
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.5
+
+
+def test_read_metrics_skips_a_partial_last_line(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')
+    assert read_metrics(tmp_path) == [{"step": 1, "a": 1.0}]
+    assert "skipped 1 unreadable line" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_a_clear_error(tmp_path, monkeypatch):
+    t = Tracker(tmp_path, tensorboard=False)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(StorageError, match="No space left on device.*free disk space.*--resume"):
+        t.log(1, {"x": 1.0})
+
+
+def test_any_full_disk_error_reaches_the_user_as_a_message(monkeypatch, capsys):
+    import rollwise.cli as cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/config.yaml")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["options"].set_defaults(func=full)
+    assert cli.main(["options"]) == 2
+    err = capsys.readouterr().err
+    assert "disk full writing /runs/x/config.yaml" in err and "--resume" in err

@@ -23,6 +23,7 @@ def test_read_metrics_skips_a_partial_last_line(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')
     assert read_metrics(tmp_path) == [{"step": 1, "a": 1.0}]
     assert "skipped 1 unreadable line" in capsys.readouterr().err
+    assert read_metrics(tmp_path, warn=False) == [{"step": 1, "a": 1.0}] and not capsys.readouterr().err
 
 
 def test_a_full_disk_is_a_clear_error(tmp_path, monkeypatch):

@@ -64,12 +64,13 @@ class Tracker:
             self.writer.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:
+    """Every readable line of RUN_DIR/metrics.jsonl; with `warn`, says on stderr how many were not."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is '{run_dir}' a rollwise run folder?")
     rows, bad = _parse(path.read_text())
-    if bad:
+    if bad and warn:
         print(f"rollwise: skipped {bad} unreadable line{'s' if bad > 1 else ''} of {path} (cut short by a run "
               "that stopped while writing)", file=sys.stderr)
     return [row for _, row in rows]

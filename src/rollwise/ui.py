@@ -85,7 +85,7 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     from rollwise.environment import load_environment
     from rollwise.tracking import read_metrics
 
-    summary = summarize(read_metrics(run_dir))
+    summary = summarize(read_metrics(run_dir, warn=False))  # the report's plot has said it already
     strategy = _planner_strategy(run_dir)
     if strategy:
         summary = {"planner": strategy, **summary}

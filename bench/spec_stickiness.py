@@ -1,6 +1,6 @@
 """Does speculative reuse give what fresh sampling gives, under the same weights?
 
-    .venv/bin/python bench/spec_stickiness.py RUN_DIR [--repeats 4]      # ~3 min on one core
+    .venv/bin/python bench/spec_stickiness.py RUN_DIR [--repeats 4]      # ~8 min on one busy core
 
 RUN_DIR is a finished `bench/spec_reuse.py` reuse run (its last checkpoint holds the executor's
 bank of earlier responses). Under that checkpoint's weights, for every prompt in the bank:

@@ -25,7 +25,7 @@ from rollwise.data import build_items, format_prompt
 from rollwise.engine import HFEngine
 from rollwise.evaluate import evaluate
 from rollwise.loop import set_threads, train
-from rollwise.models import DTYPES, load_model, load_tokenizer, resolve_model_path
+from rollwise.models import compute_dtype, load_model, load_tokenizer, resolve_model_path
 from rollwise.rewards import RewardRunner
 from rollwise.rewards.verifiers import VERIFIERS
 
@@ -43,7 +43,7 @@ def shared_overrides(args, seed: int, out: Path, name: str) -> list[str]:
 
 def score_model(model_dir_or_model, cfg, items, ids, tok, runner) -> float:
     model = model_dir_or_model if isinstance(model_dir_or_model, torch.nn.Module) else load_model(model_dir_or_model)
-    eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, DTYPES[cfg.model.dtype], 64)
+    eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, compute_dtype(cfg.model.dtype), 64)
     m = evaluate(eng, items, ids, runner, cfg.reward.functions[0].name, tok, cfg.rollout.max_completion_length)
     return m["eval/accuracy"]
 
@@ -73,7 +73,7 @@ def run_trl(args, cfg, train_items, tok, seed: int, out: Path) -> tuple[str, lis
         output_dir=str(out / f"trl-seed{seed}"), max_steps=args.steps, learning_rate=args.lr, warmup_steps=0,
         lr_scheduler_type="constant", per_device_train_batch_size=64, gradient_accumulation_steps=1,
         num_generations=8, max_completion_length=args.max_tokens, temperature=1.0, beta=0.0, epsilon=0.2,
-        loss_type="dapo", scale_rewards="group", max_grad_norm=1.0, bf16=cfg.model.dtype == "bfloat16",
+        loss_type="dapo", scale_rewards="group", max_grad_norm=1.0, bf16=compute_dtype(cfg.model.dtype) == torch.bfloat16,
         gradient_checkpointing=False, use_cpu=True, seed=seed, logging_steps=1, save_strategy="no", report_to=[],
         disable_tqdm=True,
     )

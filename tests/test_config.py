@@ -137,3 +137,36 @@ def test_engine_dtype_auto_follows_the_model_except_for_speculative_reuse():
     assert engine_dtype(load_config(None, ["model.dtype=bfloat16", "rollout.engine_dtype=float32"])) == torch.float32
     cfg = load_config(None, ["rollout.speculative_reuse=true", "rollout.engine_dtype=bfloat16"])
     assert engine_dtype(cfg) == torch.bfloat16
+
+
+def test_dtype_auto_is_bf16_only_where_the_hardware_computes_it(monkeypatch):
+    import torch
+
+    from rollwise import models
+    from rollwise.engine.factory import engine_dtype
+
+    assert load_config(None, []).model.dtype == "auto"
+    monkeypatch.setattr(models, "native_bf16", lambda device="cpu": False)  # an AVX2-only CPU
+    assert models.compute_dtype("auto") == torch.float32
+    assert engine_dtype(load_config(None, [])) == torch.float32
+    assert models.compute_dtype("bfloat16") == torch.bfloat16  # an explicit choice is kept ...
+    assert "model.dtype=auto" in models.slow_dtype_warning("bfloat16")  # ... with a warning
+    assert models.slow_dtype_warning("float32") is None
+    monkeypatch.setattr(models, "native_bf16", lambda device="cpu": True)  # AVX-512 / AMX / Arm bf16
+    assert models.compute_dtype("auto") == torch.bfloat16
+    assert engine_dtype(load_config(None, [])) == torch.bfloat16
+    assert engine_dtype(load_config(None, ["rollout.speculative_reuse=true"])) == torch.float32
+    assert models.slow_dtype_warning("bfloat16") is None
+    with pytest.raises(ValueError, match="allowed: auto"):
+        models.compute_dtype("int8")
+
+
+def test_an_emulated_bf16_is_said_once_before_training(monkeypatch, capsys):
+    from rollwise import models
+    from rollwise.loop import warn_slow_dtype
+
+    monkeypatch.setattr(models, "native_bf16", lambda device="cpu": False)
+    warn_slow_dtype(load_config(None, ["model.dtype=bfloat16"]))
+    assert "rollwise: warning: model.dtype=bfloat16" in capsys.readouterr().err
+    warn_slow_dtype(load_config(None, []))  # auto never warns
+    assert capsys.readouterr().err == ""

@@ -16,10 +16,11 @@ def test_describe_names_the_libraries_cpu_and_threads():
 
 
 def test_record_appends_one_entry_per_start_and_survives_a_torn_file(tmp_path):
-    record_environment(tmp_path)
-    record_environment(tmp_path, resumed_from_step=5)
+    record_environment(tmp_path, compute_dtype="float32")
+    record_environment(tmp_path, resumed_from_step=5, compute_dtype="bfloat16")
     entries = json.loads((tmp_path / "environment.json").read_text())
     assert [e["resumed_from_step"] for e in entries] == [None, 5]
+    assert [e["compute_dtype"] for e in entries] == ["float32", "bfloat16"]  # what model.dtype=auto became
     assert load_environment(tmp_path)["resumed_from_step"] is None  # the start's
     (tmp_path / "environment.json").write_text('[{"torn')  # a run killed mid-write must not block its resume
     record_environment(tmp_path, resumed_from_step=7)

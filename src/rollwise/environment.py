@@ -91,10 +91,13 @@ def describe_environment() -> dict[str, Any]:
     }
 
 
-def record_environment(run_dir: Path, resumed_from_step: int | None = None) -> dict[str, Any]:
-    """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume)."""
+def record_environment(run_dir: Path, resumed_from_step: int | None = None,
+                       compute_dtype: str | None = None) -> dict[str, Any]:
+    """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume).
+
+    `compute_dtype` is what `model.dtype` resolved to here (`auto` depends on the hardware)."""
     path = Path(run_dir) / FILENAME
-    entry = {**describe_environment(), "resumed_from_step": resumed_from_step}
+    entry = {**describe_environment(), "compute_dtype": compute_dtype, "resumed_from_step": resumed_from_step}
     entries = [*_entries(path), entry]
     tmp = path.with_suffix(".json.tmp")
     try:

@@ -40,13 +40,21 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.data import build_items, encode_prompts
     from rollwise.engine import HFEngine
     from rollwise.evaluate import evaluate
-    from rollwise.loop import _as_list, set_threads
-    from rollwise.models import DTYPES, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
+    from rollwise.loop import _as_list, set_threads, warn_slow_dtype
+    from rollwise.models import (
+        apply_lora,
+        compute_dtype,
+        load_model,
+        load_tokenizer,
+        merged_state_dict,
+        resolve_model_path,
+    )
     from rollwise.rewards import RewardRunner
     from rollwise.training.checkpoint import load_checkpoint_weights
 
     cfg, ckpt = _target_config(args.target, args.items)
     set_threads(cfg.run.torch_threads)
+    warn_slow_dtype(cfg)
     runner = RewardRunner(cfg.reward)
     _, eval_items = build_items(cfg.data, cfg.run.seed)
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
@@ -58,7 +66,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
         load_checkpoint_weights(ckpt, model)
     eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     base = model.get_base_model() if hasattr(model, "peft_config") else model
-    engine = HFEngine(base, eos, tok.pad_token_id, DTYPES[cfg.model.dtype], cfg.eval.batch_size,
+    engine = HFEngine(base, eos, tok.pad_token_id, compute_dtype(cfg.model.dtype, cfg.model.device), cfg.eval.batch_size,
                       cfg.rollout.top_p, cfg.rollout.top_k, cfg.run.seed)
     if hasattr(model, "peft_config"):
         engine.load_weights(merged_state_dict(model), 0)

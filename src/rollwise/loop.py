@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,7 +25,16 @@ from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
 from rollwise.environment import record_environment
 from rollwise.evaluate import evaluate, is_correct
-from rollwise.models import ModelError, apply_lora, load_model, load_tokenizer, merged_state_dict, resolve_model_path
+from rollwise.models import (
+    ModelError,
+    apply_lora,
+    compute_dtype,
+    load_model,
+    load_tokenizer,
+    merged_state_dict,
+    resolve_model_path,
+    slow_dtype_warning,
+)
 from rollwise.planner import GroupResult, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
@@ -58,6 +68,13 @@ def set_threads(n: int | None) -> int:
     n = n or os.cpu_count() or 1
     torch.set_num_threads(n)
     return n
+
+
+def warn_slow_dtype(cfg: Config) -> None:
+    """One line on stderr when an explicit bf16/fp16 would be emulated on this CPU."""
+    msg = slow_dtype_warning(cfg.model.dtype, cfg.model.device)
+    if msg:
+        print(f"rollwise: warning: {msg}", file=sys.stderr)
 
 
 def prepare_run_dir(cfg: Config, resume: str | None) -> tuple[Path, Config]:
@@ -157,6 +174,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     t_start = time.perf_counter()
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
+    warn_slow_dtype(cfg)
     run_dir, cfg = prepare_run_dir(cfg, resume)
     if resume:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
@@ -199,7 +217,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         run.state, run.checkpoint = state, ckpt
         # a trainer that ran as a Ray actor saved its own RNG in "rng" and this process's in "driver_rng"
         set_rng_state(state["extra"].get("driver_rng", state["rng"]))
-    record_environment(run_dir, run.start_step if ckpt else None)
+    dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
+    record_environment(run_dir, run.start_step if ckpt else None, dtype)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:

@@ -25,6 +25,36 @@ BUILTIN_MODELS = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def native_bf16(device: str = "cpu") -> bool:
+    """Whether `device` has fast bf16 kernels: a CUDA GPU that supports bf16, or a CPU that oneDNN
+    runs bf16 on (AVX-512 / AVX512_BF16 / AMX on x86, bf16 on Arm: torch's own check). On an AVX2-only
+    CPU bf16 is emulated: the default job's training step took 268 s in bf16 against 9.7 s in fp32."""
+    if device == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch build without oneDNN
+        return False
+
+
+def compute_dtype(name: str, device: str = "cpu") -> torch.dtype:
+    """The torch dtype for a `model.dtype` name; `auto` is bfloat16 where `device` computes it natively,
+    float32 elsewhere."""
+    if name == "auto":
+        return torch.bfloat16 if native_bf16(device) else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype '{name}'; allowed: auto, {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def slow_dtype_warning(name: str, device: str = "cpu") -> str | None:
+    """A warning for an explicit bf16/fp16 on a device that only emulates it, else None."""
+    if name in ("bfloat16", "float16") and device == "cpu" and not native_bf16("cpu"):
+        return (f"model.dtype={name} on a CPU without native bf16/fp16 kernels (no AVX-512/AMX): every matmul is "
+                "emulated and a training step can be 10-30x slower than float32; use model.dtype=auto (float32 here)")
+    return None
+
+
 class ModelError(RuntimeError):
     """A model could not be found or loaded; the message says what was looked for."""
 

@@ -93,7 +93,8 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     if env:
         cpu, pk = env["cpu"], env["packages"]
         summary["computed on"] = (f"{cpu['model']} ({cpu.get('torch_capability') or '?'}), {env['torch_threads']} "
-                                  f"threads{', ' + env['cuda'] if env.get('cuda') else ''}; torch {pk.get('torch')}, "
+                                  f"threads{', ' + env['cuda'] if env.get('cuda') else ''}"
+                                  f"{', ' + env['compute_dtype'] if env.get('compute_dtype') else ''}; torch {pk.get('torch')}, "
                                   f"transformers {pk.get('transformers')}")
     table = Table(title=title or f"rollwise run {run_dir}")
     table.add_column("metric")

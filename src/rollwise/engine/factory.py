@@ -7,7 +7,7 @@ import torch
 from rollwise.config import Config
 from rollwise.engine.continuous import ContinuousEngine
 from rollwise.engine.hf import HFEngine
-from rollwise.models import DTYPES
+from rollwise.models import DTYPES, compute_dtype
 
 
 def engine_dtype(cfg: Config) -> torch.dtype:
@@ -16,7 +16,7 @@ def engine_dtype(cfg: Config) -> torch.dtype:
     # (bench/spec_same_weights.py). rollout.engine_dtype overrides the choice.
     if cfg.rollout.engine_dtype != "auto":
         return DTYPES[cfg.rollout.engine_dtype]
-    return torch.float32 if cfg.rollout.speculative_reuse else DTYPES[cfg.model.dtype]
+    return torch.float32 if cfg.rollout.speculative_reuse else compute_dtype(cfg.model.dtype, cfg.model.device)
 
 
 def build_engine(cfg: Config, model: torch.nn.Module, eos_ids: list[int], pad_id: int, seed: int,

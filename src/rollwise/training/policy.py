@@ -25,7 +25,7 @@ import torch
 
 from rollwise import algos
 from rollwise.config import Config
-from rollwise.models import DTYPES
+from rollwise.models import compute_dtype
 from rollwise.training.logprobs import pack, response_logprobs
 from rollwise.types import Sample
 
@@ -92,7 +92,7 @@ class PolicyTrainer:
         self.cfg = cfg
         self.model = model
         self.pad_id = pad_id
-        self.dtype = DTYPES[cfg.model.dtype]
+        self.dtype = compute_dtype(cfg.model.dtype, cfg.model.device)
         self.device = next(model.parameters()).device
         params = [p for p in model.parameters() if p.requires_grad]
         t = cfg.train

@@ -8,7 +8,8 @@ prompts x `--group` samples of SmolLM2-135M-Instruct; three prompts in four ask 
 number (short answers), one in four for an explanation (long answers, many hit the cap): a
 heavy-tailed length distribution. Sampled at T=1.
 
-Measured side by side in one process, same weights (bf16), same steps:
+Measured side by side in one process, same weights (`--dtype`: auto = bf16 where the CPU has it,
+fp32 elsewhere), same steps:
   static      transformers `model.generate` on batches of `--slots` rows (TRL's default path:
               every row of a batch runs until its longest row ends), step after step
   continuous  rollwise's ContinuousEngine with `--slots` slots, each step run to completion
@@ -44,7 +45,7 @@ import torch
 from rollwise.engine import GenerationRequest
 from rollwise.engine.continuous import ContinuousEngine, peak_decode_throughput
 from rollwise.loop import set_threads
-from rollwise.models import load_model, load_tokenizer, resolve_model_path
+from rollwise.models import DTYPES, compute_dtype, load_model, load_tokenizer, resolve_model_path
 
 TOPICS = ["how a rainbow forms", "why the sky is blue", "how vaccines work", "what causes the seasons",
           "how a bicycle stays upright", "how bread rises", "why leaves change colour", "how tides work"]
@@ -127,6 +128,7 @@ def main() -> None:
     ap.add_argument("--over", type=float, default=2.0, help="partial: requests queued per round / its target")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="compute dtype (model.dtype's values)")
     ap.add_argument("--out", default="bench/out/engine")
     args = ap.parse_args()
     set_threads(args.threads)
@@ -141,8 +143,9 @@ def main() -> None:
     per_step = args.prompts_per_step * args.group
     steps = [reqs[k * per_step : (k + 1) * per_step] for k in range(args.steps)]
     spare = reqs[args.steps * per_step :]
-    static_model = copy.deepcopy(model).to(torch.bfloat16).eval()
-    engine = ContinuousEngine(model, sorted(eos), tok.pad_token_id, torch.bfloat16, batch_size=args.slots,
+    dtype = compute_dtype(args.dtype)
+    static_model = copy.deepcopy(model).to(dtype).eval()
+    engine = ContinuousEngine(model, sorted(eos), tok.pad_token_id, dtype, batch_size=args.slots,
                               seed=args.seed, num_slots=args.slots)
     engine.generate(reqs[:2])  # warm-up (allocator, kernels)
 
@@ -163,7 +166,7 @@ def main() -> None:
         "partial+kv": (part_kv["finished_tokens"] + part_kv["carried_tokens"]) / part_kv["secs"],
     }
     q = statistics.quantiles(lengths, n=20)  # lengths of one step's samples
-    print(f"\n{args.steps} steps x {per_step} samples ({args.prompts_per_step} prompts x {args.group}), {args.slots} slots, cap "
+    print(f"\n{str(dtype).removeprefix('torch.')}, {args.steps} steps x {per_step} samples ({args.prompts_per_step} prompts x {args.group}), {args.slots} slots, cap "
           f"{args.max_new_tokens} tokens; response length median {q[9]:.0f}, p95 {q[18]:.0f}, "
           f"at cap {sum(n >= args.max_new_tokens for n in lengths) / len(lengths):.0%}")
     print(f"{'mode':<12}{'useful tok/s':>14}{'vs static':>11}{'of peak':>9}")

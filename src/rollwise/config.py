@@ -42,8 +42,9 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="Compute dtype for generation and forward/backward; master weights and "
-        "optimizer state stay float32. auto: bfloat16 on a GPU with bf16 and on a CPU with native bf16 kernels "
-        "(AVX-512, AMX, Arm bf16), float32 elsewhere (emulated bf16 is 10-30x slower on an AVX2-only CPU).",
+        "optimizer state stay float32. auto: bfloat16 on a GPU with bf16 and on a CPU with a bf16 instruction "
+        "(AVX512_BF16, AMX-BF16, Arm BF16), float32 elsewhere (emulated bf16 trained 2.4x slower on AVX-512 without "
+        "AVX512_BF16 and 28x slower on an AVX2-only CPU).",
     )
     device: Literal["cpu", "cuda"] = Field(
         "cpu", description="Where the trainer (and the hf/continuous engines) run. cuda is experimental: it has not "

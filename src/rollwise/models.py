@@ -34,8 +34,8 @@ def native_bf16(device: str = "cpu") -> bool:
     """Whether `device` computes bf16 in hardware: a CUDA GPU that supports bf16, or a CPU that oneDNN
     runs bf16 on (torch's check) *and* that has a bf16 instruction (BF16_CPU_FLAGS). torch's check
     alone also says yes on AVX-512 without AVX512_BF16, where oneDNN converts every operand: on a
-    2-core Ice Lake Xeon a training-shaped matmul ran 3.9x slower in bf16 than in fp32, and on an
-    AVX2-only EPYC the default job's training step took 268 s in bf16 against 9.7 s in fp32. Where
+    2-core Ice Lake Xeon the default job trained 2.4x slower per sequence in bf16 than in fp32, and
+    on an AVX2-only EPYC its training step took 268 s in bf16 against 9.7 s in fp32. Where
     /proc/cpuinfo says nothing (macOS, Windows), torch's check decides."""
     if device == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -61,7 +61,7 @@ def slow_dtype_warning(name: str, device: str = "cpu") -> str | None:
     """A warning for an explicit bf16/fp16 on a device that only emulates it, else None."""
     if name in ("bfloat16", "float16") and device == "cpu" and not native_bf16("cpu"):
         return (f"model.dtype={name} on a CPU without bf16 instructions (no AVX512_BF16/AMX): every matmul is "
-                "emulated and a training step can be 4-30x slower than float32; use model.dtype=auto (float32 here)")
+                "emulated and training can be 2-30x slower than float32; use model.dtype=auto (float32 here)")
     return None
 
 

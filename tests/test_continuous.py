@@ -150,6 +150,26 @@ def test_stop_when_accounts_for_every_request(setup):
     assert not pending2 and sorted(o.request_id for o in done + done2) == sorted(originals)
 
 
+def test_feed_adds_requests_to_the_running_round(setup):
+    tok, model, prompts = setup
+    reqs = [GenerationRequest(p, n, temperature=1.0, request_id=i) for i, (p, n) in enumerate(zip(prompts, LIMITS))]
+    eng = _engine(tok, model, num_slots=3, batch_size=3)
+    seen: list[int] = []
+
+    def feed(fin):
+        seen.extend(o.request_id for o in fin)
+        # the first finished request gets one follow-up, longer than any request of the round
+        return [GenerationRequest(prompts[0], 25, temperature=1.0, request_id=99)] if len(seen) == len(fin) else []
+
+    done, pending = eng.run_round(reqs, feed=feed)
+    assert not pending and sorted(o.request_id for o in done) == [*range(len(reqs)), 99]
+    assert sorted(seen) == sorted(o.request_id for o in done)  # feed saw every finished output once
+    out99 = next(o for o in done if o.request_id == 99)  # room was made for its longer cap
+    assert out99.finish_reason == "stop" or len(out99.response_ids) == 25
+    with pytest.raises(ValueError, match="request_id"):
+        eng.run_round(reqs[:1], feed=lambda fin: [GenerationRequest(prompts[0], 3)] if fin else [])
+
+
 def test_complete_prefix_and_missing_ids(setup):
     tok, model, prompts = setup
     eng = _engine(tok, model)

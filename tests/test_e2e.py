@@ -166,6 +166,23 @@ def test_full_disk_stops_with_a_clear_error_and_the_run_resumes(tiny_model_dir, 
     assert [r["step"] for r in _train_lines(tmp_path / "full")] == [1, 2, 3, 4]
 
 
+def test_overlapped_rounds_run_the_planners_follow_ups_in_one_engine_round(tiny_model_dir, tmp_path, capsys):
+    base = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "overlap", 3, base)]) == 0  # adaptive, overlap unset: on
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "rounds", 3, [*base, "rollout.overlap_rounds=false"])]) == 0
+    overlap, rounds = _train_lines(tmp_path / "overlap"), _train_lines(tmp_path / "rounds")
+    assert any(r["rollout/rounds"] > 1 for r in overlap + rounds)  # the planner did ask for follow-ups
+    assert all(r["rollout/engine_rounds"] == 1 for r in overlap)
+    assert all(r["rollout/engine_rounds"] == r["rollout/rounds"] for r in rounds)
+    capsys.readouterr()
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "dapo", 1, [*base, "planner.strategy=dapo",
+                                                                     "rollout.overlap_rounds=true"])]) == 2
+    assert "dapo" in capsys.readouterr().err
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "hf", 1, [*base, "rollout.engine=hf",
+                                                                   "rollout.overlap_rounds=true"])]) == 2
+    assert "rollout.engine=hf" in capsys.readouterr().err
+
+
 def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir, tmp_path):
     """A small prompt pool revisited every step: resumed prefixes and reused responses both occur,
     and a run stopped half-way and resumed logs exactly what the uninterrupted run logs."""

@@ -148,3 +148,62 @@ def test_verify_at_lenience_one_samples_the_new_policy(tiny_model_dir, tok, monk
     monkeypatch.setattr(engine_module, "residual_distribution", lambda p_new, p_old, lenience=1.0: p_new)
     stat_bad, df_bad = _chi2(first_tokens(3), p_new)
     assert stat_bad > _chi2_critical(df_bad), (stat_bad, df_bad)
+
+
+def test_overlapped_rounds_hand_out_groups_as_they_finish_and_take_follow_ups(tiny_model_dir, tok):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("e")]  # lengths vary
+    eng = _engine(model, tok, eos, slots=4)
+    ex = RolloutExecutor(eng, prompts, max_new_tokens=24, temperature=1.0)
+    assert ex.streams
+    calls: list[dict[str, int]] = []
+    topped: set[str] = set()
+
+    def on_groups(out):
+        assert not out.adopted
+        calls.append({u: len(v) for u, v in out.groups.items()})
+        for outs in out.groups.values():
+            assert all(len(o.response_ids) == len(o.logprobs) == len(o.versions) >= 1 for o in outs)
+        fresh = [u for u in out.groups if u not in topped]  # every group once gets a top-up of 2
+        topped.update(fresh)
+        return [Request(u, 2) for u in fresh]
+
+    out = ex.generate([Request(u, 3) for u in prompts], on_groups=on_groups)
+    assert out.groups == {} and out.adopted == {}  # everything went through on_groups
+    delivered: dict[str, list[int]] = {}
+    for c in calls:
+        for u, k in c.items():
+            delivered.setdefault(u, []).append(k)
+    assert delivered == {u: [3, 2] for u in prompts}
+    assert len(calls) > 2  # groups were handed out as they finished, not all at the end
+    t = ex.totals
+    assert t["requested"] == t["delivered"] == 6 * 5 and ex.buffered() == 0
+    m = ex.metrics()
+    assert m["rollout/engine_rounds"] == 1  # the top-ups joined the running round
+
+
+def test_overlapped_rounds_refuse_partial_rollouts(tiny_model_dir, tok):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {"p0": tok("x")["input_ids"]}
+    ex = RolloutExecutor(_engine(model, tok, [tok.eos_token_id]), prompts, 8, 1.0, partial=True)
+    assert not ex.streams
+    with pytest.raises(ValueError, match="partial rollouts"):
+        ex.generate([Request("p0", 2)], on_groups=lambda out: [])
+
+
+def test_speculative_reuse_draws_on_the_bank_only_in_a_steps_first_round(tiny_model_dir, tok):
+    # a top-up round in the same step must not re-verify this step's own responses (under the same
+    # weights they would all be accepted: copies of the samples the planner just saw)
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS[:3])}
+    eng = _engine(model, tok, [tok.eos_token_id], slots=8, topk=8)
+    ex = RolloutExecutor(eng, prompts, 16, 1.0, speculative=True)
+    reqs = [Request(u, 2) for u in prompts]
+    first = ex.generate(reqs, first_round=True)
+    top_up = ex.generate(reqs, first_round=False)
+    assert eng.stats["spec_candidates"] == 0
+    copies = sum(a.response_ids == b.response_ids for u in prompts for a, b in zip(first.groups[u], top_up.groups[u]))
+    assert copies < 6
+    ex.generate(reqs, first_round=True)  # the next step's first round does reuse them
+    assert eng.stats["spec_candidates"] == 6

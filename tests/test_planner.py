@@ -39,6 +39,21 @@ def run_step(pl, reward_of, length: int = 10) -> tuple[list[list[tuple[str, int]
     return rounds, pl.end_step()
 
 
+def run_stream(pl, reward_of, length: int = 10) -> tuple[list[tuple[str, int]], object]:
+    """One step with groups observed one at a time, first requested first (rollout.overlap_rounds);
+    reward_of(uid, round of that group, k). Returns every request in order and the outcome."""
+    queue, asked, rounds = list(pl.begin_step(0)), [], {}
+    while queue:
+        q = queue.pop(0)
+        asked.append((q.uid, q.n))
+        r = rounds[q.uid] = rounds.get(q.uid, -1) + 1
+        more = pl.observe([GroupResult(q.uid, [reward_of(q.uid, r, k) for k in range(q.n)], [length] * q.n)])
+        pending = {p.uid for p in queue}
+        assert not pending & {m.uid for m in more}, "a follow-up for a group whose samples are still out"
+        queue += more
+    return asked, pl.end_step()
+
+
 # ------------------------------------------------------------------ knapsack
 
 
@@ -429,3 +444,33 @@ def test_every_strategy_accepts_a_token_budget(strategy: str) -> None:
     for _ in range(3):
         rounds, out = run_step(pl, lambda u, r, k: float(k % 2), length=20)
         assert rounds and isinstance(out.train, list)
+
+
+# ------------------------------------------------------------------ overlapped (streamed) rounds
+def test_which_planners_decide_group_by_group() -> None:
+    streams = {name: make(name).streams for name in STRATEGIES}
+    assert not streams["dapo"] and not streams["dars"]  # they decide from a whole round
+    assert all(v for k, v in streams.items() if k not in ("dapo", "dars"))
+    assert UniformPlanner(UIDS, 2, 4, 0).streams
+
+
+def test_streamed_screen_and_staged_allocate_like_round_by_round() -> None:
+    def screen_reward(u: str, r: int, k: int) -> float:
+        return {"a": float(r == 0 and k == 0), "b": float(k % 2), "c": 1.0, "d": 0.0}[u]
+
+    batch, streamed = screen_planner(100), screen_planner(100)
+    rounds, _ = run_step(batch, screen_reward)
+    asked, out = run_stream(streamed, screen_reward)
+    assert streamed.metrics()["planner/samples_per_prompt"] == batch.metrics()["planner/samples_per_prompt"] == [2, 2, 8, 8]
+    assert sorted(out.train) == ["a", "b", "c", "d"]
+    assert len(asked) == sum(len(r) for r in rounds)  # the same requests, in another order
+
+    first_correct = {"a": 0, "b": 1, "c": 99}
+    pl = make("ar3po", uids=["a", "b", "c"], pps=3, n=4, ar3po_stages=3, ar3po_stage_size=2, budget_rollouts=100)
+    run_stream(pl, lambda u, r, k: float(r >= first_correct[u]))
+    assert pl.metrics()["planner/samples_per_prompt"] == [2, 4, 6]
+
+
+def test_streamed_screen_keeps_the_budget() -> None:
+    asked, _ = run_stream(screen_planner(12), lambda u, r, k: {"a": 1.0, "b": float(k % 2), "c": 1.0, "d": 0.0}[u])
+    assert sum(n for _, n in asked) <= 12

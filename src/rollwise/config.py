@@ -151,6 +151,13 @@ class RolloutConfig(_Section):
         "a CPU a prefill costs nearly as much as decoding). Their later tokens attend to keys of older weights; the "
         "recorded behaviour log-probs are what was sampled. The held KV is not checkpointed, so a resumed run "
         "re-prefills and is not bit-identical.")
+    overlap_rounds: bool | None = Field(
+        None, description="Follow-up rounds of a multi-round planner (adaptive's probe top-ups and growth, ar3po's "
+        "stages) join the running engine batch as soon as their group has finished and been scored, instead of "
+        "starting after the slowest response of the round. Unset: on wherever it can be (engine=continuous, no "
+        "partial_rollouts, the synchronous loop, a planner that decides group by group: not dapo or dars); true: "
+        "required (an error says what prevents it); false: round by round. Which groups grow first then follows "
+        "the order in which groups finish.")
     retention_limit: int = Field(
         2, ge=0, description="Partial rollouts: a carried sample whose oldest token is more than this many policy "
         "versions old is dropped (and counted in rollout/dropped_stale).")
@@ -409,6 +416,21 @@ class Config(_Section):
             if getattr(r, flag) and r.engine != "continuous":
                 raise ValueError(f"rollout.{flag}=true needs rollout.engine=continuous (it resumes responses from a "
                                  f"prefix), got rollout.engine={r.engine}")
+        if r.overlap_rounds:
+            why = ("rollout.engine=" + r.engine if r.engine != "continuous" else
+                   "rollout.partial_rollouts=true (its rounds stop early)" if r.partial_rollouts else
+                   "rollout workers (distributed.async_training or distributed.backend=ray)"
+                   if self.distributed.async_training or self.distributed.backend == "ray" else "")
+            if why:
+                raise ValueError(f"rollout.overlap_rounds=true needs the continuous engine in the synchronous loop "
+                                 f"without partial rollouts; this config has {why}. Leave overlap_rounds unset.")
+            from rollwise.planner.strategies import whole_round_parts  # planner parts need no config import
+
+            parts = whole_round_parts(self.planner)
+            if parts:
+                raise ValueError(f"rollout.overlap_rounds=true: planner.strategy={self.planner.strategy} uses "
+                                 f"{' and '.join(parts)}, which decide extra rounds from a whole round at once "
+                                 "(dapo's back-fill, dars's second round); leave rollout.overlap_rounds unset")
         if r.speculative_reuse and (r.top_p < 1.0 or r.top_k):
             raise ValueError("rollout.speculative_reuse=true needs plain temperature sampling (rollout.top_p=1, "
                              "rollout.top_k=0): the acceptance test compares full-distribution probabilities")

@@ -35,7 +35,7 @@ from rollwise.models import (
     resolve_model_path,
     slow_dtype_warning,
 )
-from rollwise.planner import GroupResult, build_planner
+from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
 from rollwise.training.checkpoint import (
@@ -239,28 +239,27 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     return m
 
 
-def produce_batch(run: Run, step: int, executor: Any) -> Produced:
+def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> Produced:
     """plan -> generate -> reward, as many rounds as the planner asks for; then the batch to train on.
 
-    `executor` is a RolloutExecutor (this process) or a RolloutPool (rollout workers)."""
+    `executor` is a RolloutExecutor (this process) or a RolloutPool (rollout workers). With
+    `stream` each group is scored and shown to the planner as soon as it finishes, and the
+    planner's follow-up requests join the running engine round (see `rollout.overlap_rounds`)."""
     planner, tokenizer = run.planner, run.tokenizer
     by_uid: dict[str, list[Sample]] = {}
-    gen_s = reward_s = 0.0
+    cost = {"gen_s": 0.0, "reward_s": 0.0}
     issues = [0, 0, 0]
-    requests = planner.begin_step(step)
-    first = True
-    while requests or (first and executor.carried):
-        tg = time.perf_counter()
-        out = executor.generate(requests, first_round=first)
-        first = False
-        gen_s += time.perf_counter() - tg
+
+    def absorb(out: Any, ask: bool = True) -> list[Request]:
+        """Score finished groups, keep their samples, tell the planner; its follow-up requests
+        (when `ask`: a round of carried groups only asks for nothing more)."""
         owners = [u for grp in (out.groups, out.adopted) for u, outs in grp.items() for _ in outs]
         outs = [o for grp in (out.groups, out.adopted) for os_ in grp.values() for o in os_]
         texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
         tr = time.perf_counter()
         scored = run.runner.score(texts, [run.items_by_uid[u] for u in owners])
-        reward_s += time.perf_counter() - tr
-        issues = [issues[0] + scored.errors, issues[1] + scored.timeouts, issues[2] + scored.nans]
+        cost["reward_s"] += time.perf_counter() - tr
+        issues[:] = [issues[0] + scored.errors, issues[1] + scored.timeouts, issues[2] + scored.nans]
         fresh: dict[str, list[Sample]] = {}
         for uid, o, text, rew, parts in zip(owners, outs, texts, scored.rewards, scored.parts):
             s = Sample(uid, 0, run.ids_by_uid[uid], o.response_ids, o.logprobs, o.versions, o.finish_reason,
@@ -271,7 +270,20 @@ def produce_batch(run: Run, step: int, executor: Any) -> Produced:
                 run.replay_bank[uid] = {"ids": o.response_ids, "logprobs": o.logprobs, "reward": rew, "parts": parts}
         if out.adopted:
             planner.adopt(_group_results(fresh, out.adopted))
-        requests = planner.observe(_group_results(fresh, out.groups)) if requests else []
+        return planner.observe(_group_results(fresh, out.groups)) if ask else []
+
+    requests = planner.begin_step(step)
+    tg = time.perf_counter()
+    if stream:
+        executor.generate(requests, first_round=True, on_groups=lambda out: absorb(out, ask=bool(out.groups)))
+    else:
+        first = True
+        while requests or (first and executor.carried):
+            out = executor.generate(requests, first_round=first)
+            first = False
+            requests = absorb(out, ask=bool(requests))
+    gen_s = time.perf_counter() - tg - cost["reward_s"]
+    reward_s = cost["reward_s"]
     outcome = planner.end_step()
 
     # which samples to train on: the planner's choice, plus stop-gradient replays
@@ -288,6 +300,15 @@ def produce_batch(run: Run, step: int, executor: Any) -> Produced:
     generated = [s for ss in by_uid.values() for s in ss]
     return Produced(batch, generated, outcome, tokens, gen_s, reward_s, (issues[0], issues[1], issues[2]),
                     {**planner.metrics(), **executor.metrics()})
+
+
+def overlap_rounds(cfg: Config, executor: Any, planner: Any) -> bool:
+    """Whether follow-up rounds join the running engine round (rollout.overlap_rounds; unset: where possible)."""
+    possible = bool(getattr(executor, "streams", False)) and bool(getattr(planner, "streams", False))
+    if cfg.rollout.overlap_rounds and not possible:  # the config's checks catch the built-in parts at start
+        raise ValueError("rollout.overlap_rounds=true: this planner or executor cannot take groups one by one; "
+                         "leave rollout.overlap_rounds unset")
+    return possible and cfg.rollout.overlap_rounds is not False
 
 
 def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, float]:
@@ -372,6 +393,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         engine.load_state_dict(run.state["extra"]["engine"])
         if "executor" in run.state["extra"]:
             executor.load_state_dict(run.state["extra"]["executor"])
+    stream = overlap_rounds(cfg, executor, run.planner)
     engine.load_weights(merged_state_dict(run.model), version=run.start_step)
     if run.start_step == 0 and cfg.eval.at_start:
         run.result.eval_before = run_eval(run, 0)
@@ -381,7 +403,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     last_step = run.start_step
     for step in range(run.start_step, cfg.train.max_steps):
         t0 = time.perf_counter()
-        produced = produce_batch(run, step, executor)
+        produced = produce_batch(run, step, executor, stream)
 
         tt = time.perf_counter()
         metrics: dict[str, float] = run.trainer.compute_advantages(produced.batch)

@@ -254,6 +254,8 @@ class ContinuousEngine(HFEngine):
     resumed request prefills only its prefix on top of its prompt's KV. `record_topk` > 0
     keeps, for every sampled token, the top-k of its distribution (speculative reuse)."""
 
+    accepts_feed = True  # run_round(feed=...): follow-up requests join a running round
+
     def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int,
                  dtype: torch.dtype = torch.bfloat16, batch_size: int = 64, top_p: float = 1.0, top_k: int = 0,
                  seed: int = 0, num_slots: int | None = None, prefix_cache: int = 64, record_topk: int = 0):
@@ -297,7 +299,9 @@ class ContinuousEngine(HFEngine):
     def run_round(self, requests: list[GenerationRequest],
                   stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
                   token_budget: int | None = None, generator: torch.Generator | None = None,
-                  hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
+                  hold: bool = False,
+                  feed: Callable[[list[GenerationOutput]], list[GenerationRequest]] | None = None,
+                  ) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
         """Run requests (FIFO) with the slots kept full until all finish, `stop_when(finished)` is
         True, or `token_budget` new tokens were generated this round.
 
@@ -310,7 +314,12 @@ class ContinuousEngine(HFEngine):
         round given the same resumable request (same id and prefix length) continues it in its
         slot instead of prefilling prompt + prefix again, even after `load_weights` (the kept
         keys and values then come from the older weights: PipelineRL's in-flight update). Held
-        rows that the next round does not ask for are dropped."""
+        rows that the next round does not ask for are dropped.
+
+        `feed(newly_finished)` is called whenever sequences have finished; the requests it returns
+        (each with its own `request_id`) join the queue of this round, so follow-up work decided
+        from finished outputs fills slots that would otherwise wait for the round's slowest
+        sequence."""
         gen = generator if generator is not None else self.generator
         requests = [r if r.request_id is not None else replace(r, request_id=i) for i, r in enumerate(requests)]
         slots, self._held = self._held or _Slots(self.num_slots), None
@@ -322,8 +331,16 @@ class ContinuousEngine(HFEngine):
         headroom = max((r.max_new_tokens for r in requests), default=0)
         finished: list[GenerationOutput] = []
         produced, stop = 0, RoundStop(stop_when, token_budget)
-        while slots.B or waiting:
-            if stop(produced, finished):
+        fed = 0
+        while True:
+            if feed is not None and len(finished) > fed:
+                more, fed = feed(finished[fed:]), len(finished)
+                for r in more:
+                    if r.request_id is None:
+                        raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
+                    waiting.append(r)
+                    headroom = max(headroom, r.max_new_tokens)
+            if not (slots.B or waiting) or stop(produced, finished):
                 break
             t0 = time.perf_counter()
             free = self.num_slots - slots.B

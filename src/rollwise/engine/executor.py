@@ -82,8 +82,28 @@ class RolloutExecutor:
         self._step: dict[str, float] = {}
 
     # ------------------------------------------------------------------ one round
-    def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
-        """Generate the planner's requests (plus, in a step's first round, the carried groups)."""
+    @property
+    def streams(self) -> bool:
+        """Whether `generate(on_groups=...)` can hand out groups while the round runs: a continuous
+        engine, and neither partial rollouts (their round stops early) nor in-flight weight updates."""
+        return bool(getattr(self.engine, "accepts_feed", False)) and not self.partial and self.between is None
+
+    def generate(self, requests: list[Request], first_round: bool = True,
+                 on_groups: Callable[[RoundOutput], list[Request]] | None = None) -> RoundOutput:
+        """Generate the planner's requests (plus, in a step's first round, the carried groups).
+
+        Speculative reuse draws on the bank only in a step's first round: the bank then holds the
+        previous step's responses; later rounds would re-verify this step's own responses under
+        the same weights and hand back copies of them.
+
+        With `on_groups` (streaming; needs `self.streams`) each group is handed to
+        `on_groups(RoundOutput)` as soon as its last sample finishes, and the requests it returns
+        join the running engine round: follow-up rounds (probe top-ups, growth, stages) fill slots
+        instead of waiting for the round's slowest response. Everything is delivered through
+        `on_groups`; the RoundOutput returned is then empty."""
+        if on_groups is not None and not self.streams:
+            raise ValueError("streaming rounds need the continuous engine without partial rollouts or in-flight "
+                             "weight updates")
         groups: dict[str, _Group] = {}
         queue: list[tuple[str, GenerationRequest]] = []  # (owner uid, request), carried first
         if first_round and self.carried:
@@ -93,34 +113,16 @@ class RolloutExecutor:
                 queue += [(uid, q) for q in g.pending]
                 g.pending = []
             self.carried = {}
-        reuse: list[tuple[str, GenerationOutput]] = []
-        fresh: list[tuple[str, GenerationRequest]] = []
-        for r in requests:
-            g = groups.setdefault(r.uid, _Group(r.uid))
-            g.carried = False  # requested again this step: it is this step's group
-            g.expected += r.n
-            self.totals["requested"] += r.n
-            olds = self.bank.get(r.uid, [])[: r.n] if self.speculative else []
-            reuse += [(r.uid, o) for o in olds]
-            fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
-        if reuse:  # verified old responses: complete, or a prefix to continue first
-            before = self._spec_stats()
-            items = self.engine.verify([self.prompt_ids[u] for u, _ in reuse], [o for _, o in reuse],  # type: ignore[attr-defined]
-                                       self.lenience, self.temperature, self.max_new_tokens)
-            for (uid, _), item in zip(reuse, items):
-                if isinstance(item, GenerationOutput):
-                    groups[uid].done.append(item)
-                else:
-                    queue.append((uid, replace(item, request_id=None)))
-            for k, v in self._spec_stats().items():
-                self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
-        queue += fresh
-        queue = [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
+        queue += self._enqueue(requests, groups, reuse=first_round)
         owner = {q.request_id: uid for uid, q in queue}
         reqs = [q for _, q in queue]
         sampled0 = self._sampled()
         t0 = time.perf_counter()
-        if self.partial and first_round and hasattr(self.engine, "run_round"):
+        self._step["engine_rounds"] = self._step.get("engine_rounds", 0.0) + 1
+        if on_groups is not None:
+            finished = self._stream(reqs, groups, owner, on_groups)
+            unfinished: list[GenerationRequest] = []
+        elif self.partial and first_round and hasattr(self.engine, "run_round"):
             target = max(1, math.floor(self.stop_fraction * sum(g.expected > 0 for g in groups.values()) + 1e-9))
             complete = sum(g.complete for g in groups.values())
             counts = {uid: len(g.done) for uid, g in groups.items()}
@@ -145,22 +147,83 @@ class RolloutExecutor:
         self._step["engine_s"] = self._step.get("engine_s", 0.0) + time.perf_counter() - t0
         new_tokens = (self._sampled() - sampled0) if sampled0 is not None else sum(len(o.response_ids) for o in finished)
         self._step["generated_tokens"] = self._step.get("generated_tokens", 0.0) + new_tokens
+        if on_groups is not None:
+            return RoundOutput({}, {})
         for o in finished:
             groups[owner[o.request_id]].done.append(o)
         for q in unfinished:
             groups[owner[q.request_id]].pending.append(q)
-        out = RoundOutput({}, {})
+        out = self._deliver(groups, [u for u, g in groups.items() if g.complete and not g.pending])
         for uid, g in groups.items():
-            if g.complete and not g.pending:
-                (out.adopted if g.carried else out.groups)[uid] = g.done
-                self.totals["delivered"] += len(g.done)
-                if self.speculative:
-                    self.bank[uid] = [o for o in g.done if o.response_ids]
-            elif g.expected > 0:
+            if g.expected > 0:
                 g.carried = True
                 self.carried[uid] = g
         self._step["carried_samples"] = float(sum(len(g.pending) for g in self.carried.values()))
         return out
+
+    def _enqueue(self, requests: list[Request], groups: dict[str, _Group], reuse: bool
+                 ) -> list[tuple[str, GenerationRequest]]:
+        """Add the planner's requests to `groups`; the engine requests to run (reused prefixes first), with ids."""
+        reused: list[tuple[str, GenerationOutput]] = []
+        fresh: list[tuple[str, GenerationRequest]] = []
+        queue: list[tuple[str, GenerationRequest]] = []
+        for r in requests:
+            g = groups.setdefault(r.uid, _Group(r.uid))
+            g.carried = False  # requested again this step: it is this step's group
+            g.expected += r.n
+            self.totals["requested"] += r.n
+            olds = self.bank.get(r.uid, [])[: r.n] if self.speculative and reuse else []
+            reused += [(r.uid, o) for o in olds]
+            fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
+        if reused:  # verified old responses: complete, or a prefix to continue first
+            before = self._spec_stats()
+            items = self.engine.verify([self.prompt_ids[u] for u, _ in reused], [o for _, o in reused],  # type: ignore[attr-defined]
+                                       self.lenience, self.temperature, self.max_new_tokens)
+            for (uid, _), item in zip(reused, items):
+                if isinstance(item, GenerationOutput):
+                    groups[uid].done.append(item)
+                else:
+                    queue.append((uid, replace(item, request_id=None)))
+            for k, v in self._spec_stats().items():
+                self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
+        queue += fresh
+        return [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
+
+    def _deliver(self, groups: dict[str, _Group], uids: list[str]) -> RoundOutput:
+        """Take the complete groups `uids` out of `groups` into a RoundOutput (carried ones as adopted)."""
+        out = RoundOutput({}, {})
+        for uid in uids:
+            g = groups.pop(uid)
+            (out.adopted if g.carried else out.groups)[uid] = g.done
+            self.totals["delivered"] += len(g.done)
+            if self.speculative:
+                self.bank[uid] = [o for o in g.done if o.response_ids]
+        return out
+
+    def _stream(self, reqs: list[GenerationRequest], groups: dict[str, _Group], owner: dict[int | None, str],
+                on_groups: Callable[[RoundOutput], list[Request]]) -> list[GenerationOutput]:
+        """One engine round that hands out each group when it completes and takes in follow-up requests."""
+
+        def hand_out(complete: list[str]) -> list[GenerationRequest]:
+            if not complete:
+                return []
+            new = self._enqueue(on_groups(self._deliver(groups, complete)), groups, reuse=False)
+            owner.update((q.request_id, uid) for uid, q in new)
+            return [q for _, q in new]
+
+        def feed(fin: list[GenerationOutput]) -> list[GenerationRequest]:
+            complete: list[str] = []
+            for o in fin:
+                g = groups[owner[o.request_id]]
+                g.done.append(o)
+                if g.complete and g.uid not in complete:
+                    complete.append(g.uid)
+            return hand_out(complete)
+
+        reqs = reqs + hand_out([u for u, g in groups.items() if g.complete])  # complete before the round (reuse)
+        finished, unfinished = self.engine.run_round(reqs, feed=feed)  # type: ignore[attr-defined]
+        assert not unfinished
+        return finished
 
     def _run(self, reqs: list[GenerationRequest], stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
              hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
@@ -235,7 +298,7 @@ class RolloutExecutor:
         generation speed (seconds per sampled token), minus the verification time."""
         step, self._step = self._step, {}
         m = {f"rollout/{k}": step[k] for k in ("generated_tokens", "carried_samples", "dropped_stale",
-                                               "dropped_stale_tokens") if k in step}
+                                               "dropped_stale_tokens", "engine_rounds") if k in step}
         m["rollout/buffered"] = float(self.buffered())
         m["rollout/dropped_stale_total"] = float(self.totals["dropped_stale"])
         if self.speculative:

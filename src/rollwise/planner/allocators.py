@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 class Allocator:
     name = "fixed"
+    # `more` decides each group from that group alone (plus the budget left), so it can be asked
+    # whenever any group finishes, while others still run (rollout.overlap_rounds)
+    per_group = True
     ema = 0.2
 
     def __init__(self, cfg: Any, n: int):
@@ -123,10 +126,11 @@ class StagedAllocator(Allocator):
 
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
         left = st.budget - st.used_rollouts
+        done = [g for g in st.groups.values() if not g.outstanding]
         if self.cfg.staged_rule == "while_informative":
-            todo = [g for g in st.groups.values() if g.informative and g.rounds < self.stages]
+            todo = [g for g in done if g.informative and g.rounds < self.stages]
         else:
-            todo = [g for g in st.groups.values() if g.successes == 0 and g.rounds < self.stages]
+            todo = [g for g in done if g.successes == 0 and g.rounds < self.stages]
         todo = todo[: max(0, left // self.k)]
         return [Request(g.uid, self.k) for g in todo]
 
@@ -136,6 +140,7 @@ class StagedAllocator(Allocator):
 
 class HardnessAllocator(Allocator):
     name = "hardness"
+    per_group = False  # the second round is scaled to the budget over all groups at once
 
     def __init__(self, cfg: Any, n: int):
         super().__init__(cfg, n)
@@ -243,6 +248,8 @@ class ScreenAllocator(Allocator):
         cap, used = self._task_caps(st) if stratify else ({}, {})
         out: list[Request] = []
         for g in st.groups.values():
+            if g.outstanding:  # samples still being generated: decided when they are back
+                continue
             t = task_of(g.uid) if stratify else ""
             if g.uid in self.believed_easy and g.n < self.n:  # a probe: its one chance of a top-up
                 add = self.n - g.n if g.rounds == 1 and self.surprised(g) else 0
@@ -281,9 +288,12 @@ class ScreenAllocator(Allocator):
         self._track_cost(st)
 
 
+ALLOCATORS: dict[str, type[Allocator]] = {
+    "fixed": FixedAllocator, "knapsack": KnapsackAllocator, "staged": StagedAllocator, "hardness": HardnessAllocator,
+    "rank": RankAllocator, "screen": ScreenAllocator}
+
+
 def make_allocator(name: str, cfg: Any, n: int) -> Allocator:
-    table = {"fixed": FixedAllocator, "knapsack": KnapsackAllocator, "staged": StagedAllocator,
-             "hardness": HardnessAllocator, "rank": RankAllocator, "screen": ScreenAllocator}
-    if name not in table:
-        raise ValueError(f"unknown allocator '{name}'; allowed: {', '.join(table)}")
-    return table[name](cfg, n)
+    if name not in ALLOCATORS:
+        raise ValueError(f"unknown allocator '{name}'; allowed: {', '.join(ALLOCATORS)}")
+    return ALLOCATORS[name](cfg, n)

@@ -9,6 +9,10 @@ One step is a conversation with the loop:
         results = generate_and_score(requests)     # GroupResult per request
         requests = planner.observe(results)        # more rounds (backfill, stages) or []
     outcome = planner.end_step()                   # which uids to train, which to repair
+
+A planner whose `streams` is true may instead be shown each group as soon as it finishes
+(`observe([one_group])`, while the rest of the round is still being generated); the requests
+it returns then join the running engine round (rollout.overlap_rounds).
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ class StepOutcome:
 
 
 class Planner(Protocol):
+    # True when observe() may be given the groups one by one as they finish, while other groups of
+    # the round are still being generated (rollout.overlap_rounds); False when it decides from a
+    # whole round at once
+    streams: bool
+
     def begin_step(self, step: int) -> list[Request]: ...
 
     def observe(self, results: list[GroupResult]) -> list[Request]: ...
@@ -126,6 +135,7 @@ class UniformPlanner:
         self.prompts_per_step = prompts_per_step
         self.n = num_generations
         self._current: list[str] = []
+        self.streams = True  # observe() asks for nothing
 
     def begin_step(self, step: int) -> list[Request]:
         self._current = self.stream.take(self.prompts_per_step)

@@ -24,7 +24,7 @@ from rollwise.planner.repair import NoRepair
 from rollwise.planner.selectors import Selector
 from rollwise.planner.step import Group, StepState, allocation_summary
 
-MAX_ROUNDS = 64  # safety net; real strategies stop long before
+MAX_ROUNDS = 64  # safety net: rounds of one group in a step; real strategies stop long before
 
 
 class ComposedPlanner:
@@ -89,6 +89,12 @@ class ComposedPlanner:
         return max(1, int(round(tokens / max(self.length_estimate, 1.0))))
 
     # ------------------------------------------------------------------ protocol
+    @property
+    def streams(self) -> bool:
+        """Whether `observe` may be called group by group as groups finish (rollout.overlap_rounds):
+        true unless a part decides from a whole round (DAPO's back-fill, DARS's second round)."""
+        return bool(self.allocator.per_group and self.selector.per_group)
+
     def begin_step(self, step: int) -> list[Request]:
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
@@ -126,7 +132,7 @@ class ComposedPlanner:
             g.successes += sum(r >= self.success_threshold for r in res.rewards)
             g.rounds += 1
         st.rounds += 1
-        if st.rounds >= MAX_ROUNDS:
+        if any(st.groups[res.uid].rounds >= MAX_ROUNDS for res in results):
             return []
         extra = self.allocator.more(self, st)
         for r in extra:
@@ -201,7 +207,8 @@ class ComposedPlanner:
             "rollout/tokens": float(st.generated_tokens),
             "rollout/discarded_rollouts": float(out.discarded_rollouts),
             "rollout/discarded_tokens": float(out.discarded_tokens),
-            "rollout/rounds": float(st.rounds),
+            "rollout/rounds": float(st.rounds),  # observe() calls: rounds, or batches of finished groups
+            "planner/depth": float(max((g.rounds for g in groups), default=0)),  # one group's rounds, at most
             "planner/budget_rollouts": float(st.budget),
             "planner/prompts": float(len(groups)),
             "planner/skipped_prompts": float(st.skipped),

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 class Selector:
     name = "all"
+    per_group = True  # `more` can be asked whenever any group finishes (rollout.overlap_rounds)
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
         return pl.take(k, st)
@@ -175,6 +176,7 @@ def expected_signal(p: np.ndarray, n: int) -> np.ndarray:
 
 class FilterSelector(Selector):
     name = "filter"
+    per_group = False  # back-fill counts the informative groups of a whole round
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -199,6 +201,10 @@ class FilterSelector(Selector):
             st.notes.append(f"dapo: {why} with {len(good)}/{st.target_prompts} informative groups; "
                             "training on what there is")
         return good[: st.target_prompts]
+
+
+SELECTORS: dict[str, type[Selector]] = {"all": AllSelector, "skip": SkipSelector, "posterior": PosteriorSelector,
+                                         "filter": FilterSelector}
 
 
 def make_selector(name: str, size: int, cfg: Any, score: str = "target", stratify: bool = False) -> Selector:

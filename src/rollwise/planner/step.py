@@ -24,6 +24,11 @@ class Group:
         return len(self.rewards)
 
     @property
+    def outstanding(self) -> int:
+        """Samples requested whose results have not come back yet."""
+        return self.requested - self.n
+
+    @property
     def tokens(self) -> int:
         return int(sum(self.lengths))
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollwise.planner.allocators import make_allocator
+from rollwise.planner.allocators import ALLOCATORS, make_allocator
 from rollwise.planner.core import ComposedPlanner
 from rollwise.planner.estimators import make_estimator
 from rollwise.planner.repair import make_repair
-from rollwise.planner.selectors import make_selector
+from rollwise.planner.selectors import SELECTORS, make_selector
 
 PRESETS: dict[str, dict[str, Any]] = {
     "uniform": {"estimator": "window", "selector": "all", "allocator": "fixed", "repair": "none"},
@@ -50,6 +50,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 STRATEGIES: tuple[str, ...] = tuple(PRESETS)
+
+
+def whole_round_parts(cfg: Any) -> list[str]:
+    """The parts of the planner `cfg` (a PlannerConfig) names that decide their extra rounds from a
+    whole round at once, so they cannot be shown groups one by one (rollout.overlap_rounds)."""
+    preset = PRESETS.get(cfg.strategy, {})
+    sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
+    out = [f"selector '{sel}'"] if sel in SELECTORS and not SELECTORS[sel].per_group else []
+    return out + ([f"allocator '{alloc}'"] if alloc in ALLOCATORS and not ALLOCATORS[alloc].per_group else [])
 
 
 def make_planner(

@@ -47,3 +47,64 @@ def test_vllm_generates_with_logprobs_resumes_and_loads_weights(tiny_model_dir):
     eng.load_weights({k: torch.zeros_like(v) for k, v in model.state_dict().items()}, version=3)
     after = eng.generate(greedy)[0]
     assert after.response_ids != before and after.versions == [3] * len(after.response_ids)
+
+
+class _FakeLLMEngine:
+    """vLLM's add_request/step/abort_request, one token per live request per step: request k of a
+    round ends after its max_tokens, so requests finish at different steps (no GPU needed)."""
+
+    def __init__(self):
+        self.live, self.steps = {}, 0
+
+    def add_request(self, key, prompt, params):
+        self.live[key] = (params, [])
+
+    def step(self):
+        from types import SimpleNamespace as NS
+
+        self.steps += 1
+        outs = []
+        for key, (params, toks) in list(self.live.items()):
+            toks.append(3)
+            done = len(toks) >= params.max_tokens
+            out = NS(token_ids=list(toks), logprobs=[{3: NS(logprob=-0.5)}] * len(toks), finish_reason="length")
+            outs.append(NS(request_id=key, outputs=[out], finished=done))
+            if done:
+                del self.live[key]
+        return outs
+
+    def abort_request(self, keys):
+        for k in keys:
+            self.live.pop(k, None)
+
+
+def test_vllm_feed_adds_requests_to_the_running_round(monkeypatch):
+    import itertools
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    from rollwise.engine.vllm import VLLMEngine
+
+    fake = ModuleType("vllm")
+    fake.SamplingParams = lambda **kw: SimpleNamespace(**kw)
+    inputs = ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    eng = object.__new__(VLLMEngine)  # the protocol logic only: no model, no GPU
+    eng.llm = SimpleNamespace(llm_engine=_FakeLLMEngine())
+    eng.eos, eng.top_p, eng.top_k, eng.version, eng.stats = [1], 1.0, 0, 0, {"sampled_tokens": 0.0}
+    eng._ids = itertools.count()
+    reqs = [GenerationRequest([5], n, temperature=1.0, request_id=i) for i, n in enumerate([2, 6, 4])]
+    seen = []
+
+    def feed(fin):
+        seen.extend(o.request_id for o in fin)
+        return [GenerationRequest([5], 3, temperature=1.0, request_id=10 + o.request_id) for o in fin if o.request_id < 10]
+
+    done, pending = eng.run_round(reqs, feed=feed)
+    assert not pending
+    assert sorted(o.request_id for o in done) == [0, 1, 2, 10, 11, 12]
+    assert sorted(seen) == [0, 1, 2, 10, 11, 12]
+    assert eng.llm.llm_engine.steps == 9  # request 1 (6 tokens) ends at step 6, its follow-up (3) at step 9
+    assert all(len(o.response_ids) == len(o.logprobs) == len(o.versions) for o in done)

@@ -154,8 +154,8 @@ class RolloutConfig(_Section):
     overlap_rounds: bool | None = Field(
         None, description="Follow-up rounds of a multi-round planner (adaptive's probe top-ups and growth, ar3po's "
         "stages) join the running engine batch as soon as their group has finished and been scored, instead of "
-        "starting after the slowest response of the round. Unset: on wherever it can be (engine=continuous, no "
-        "partial_rollouts, the synchronous loop, a planner that decides group by group: not dapo or dars); true: "
+        "starting after the slowest response of the round. Unset: on wherever it can be (engine=continuous or vllm, "
+        "no partial_rollouts, the synchronous loop, a planner that decides group by group: not dapo or dars); true: "
         "required (an error says what prevents it); false: round by round. Which groups grow first then follows "
         "the order in which groups finish.")
     retention_limit: int = Field(
@@ -417,13 +417,13 @@ class Config(_Section):
                 raise ValueError(f"rollout.{flag}=true needs rollout.engine=continuous (it resumes responses from a "
                                  f"prefix), got rollout.engine={r.engine}")
         if r.overlap_rounds:
-            why = ("rollout.engine=" + r.engine if r.engine != "continuous" else
+            why = ("rollout.engine=hf (static batches)" if r.engine == "hf" else
                    "rollout.partial_rollouts=true (its rounds stop early)" if r.partial_rollouts else
                    "rollout workers (distributed.async_training or distributed.backend=ray)"
                    if self.distributed.async_training or self.distributed.backend == "ray" else "")
             if why:
-                raise ValueError(f"rollout.overlap_rounds=true needs the continuous engine in the synchronous loop "
-                                 f"without partial rollouts; this config has {why}. Leave overlap_rounds unset.")
+                raise ValueError(f"rollout.overlap_rounds=true needs the continuous or vllm engine in the synchronous "
+                                 f"loop without partial rollouts; this config has {why}. Leave overlap_rounds unset.")
             from rollwise.planner.strategies import whole_round_parts  # planner parts need no config import
 
             parts = whole_round_parts(self.planner)

@@ -10,6 +10,8 @@ It speaks the same protocol as the HF engines:
   response so far as prefix, with its log-probs and versions), so the executor's partial
   rollouts and the asynchronous loop's in-flight weight updates work unchanged. `hold` is
   accepted but vLLM's KV cache is not kept across rounds (its prefix cache often still hits);
+  `feed(newly_finished)` returns requests that join the running round (overlapped planner
+  rounds, rollout.overlap_rounds);
 * `load_weights(state_dict, version)`: in-place update of the model inside vLLM's worker
   (`collective_rpc`), then its prefix cache is reset.
 
@@ -47,6 +49,8 @@ def _load_weights_in_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]
 
 
 class VLLMEngine:
+    accepts_feed = True  # run_round(feed=...): follow-up requests join a running round
+
     def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int, dtype: torch.dtype = torch.bfloat16,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, gpu_memory_utilization: float = 0.3,
                  max_model_len: int | None = None) -> None:
@@ -86,24 +90,33 @@ class VLLMEngine:
 
     def run_round(self, requests: list[GenerationRequest],
                   stop_when: Callable[[list[GenerationOutput]], bool] | None = None,
-                  token_budget: int | None = None, generator: Any = None,
-                  hold: bool = False) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
+                  token_budget: int | None = None, generator: Any = None, hold: bool = False,
+                  feed: Callable[[list[GenerationOutput]], list[GenerationRequest]] | None = None,
+                  ) -> tuple[list[GenerationOutput], list[GenerationRequest]]:
         from vllm.inputs import TokensPrompt
 
         engine = self.llm.llm_engine
         live: dict[str, GenerationRequest] = {}
         latest: dict[str, Any] = {}
-        for i, r in enumerate(requests):
-            rid = r.request_id if r.request_id is not None else i
-            r = r if r.request_id is not None else replace(r, request_id=rid)
+
+        def add(r: GenerationRequest) -> None:
             key = f"rw-{next(self._ids)}"
             live[key] = r
             engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
                                self._params(r))
+
+        for i, r in enumerate(requests):
+            add(r if r.request_id is not None else replace(r, request_id=i))
         finished: list[GenerationOutput] = []
-        produced, stop = 0, RoundStop(stop_when, token_budget)
-        while live:
-            if stop(produced, finished):
+        produced, stop, fed = 0, RoundStop(stop_when, token_budget), 0
+        while True:
+            if feed is not None and len(finished) > fed:
+                more, fed = feed(finished[fed:]), len(finished)
+                for r in more:
+                    if r.request_id is None:
+                        raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
+                    add(r)
+            if not live or stop(produced, finished):
                 break
             for ro in engine.step():
                 if ro.request_id not in live:

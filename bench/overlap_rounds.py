@@ -65,6 +65,7 @@ def main() -> None:
         order = list(modes) if step % 2 == 0 else list(modes)[::-1]
         for m in order:
             run.planner = planners[m]
+            run.engine._prefix.clear()  # no prompt KV left over from the other mode's step
             t0 = time.perf_counter()
             p = produce_batch(run, step, executors[m], stream=modes[m])
             wall = time.perf_counter() - t0

@@ -39,10 +39,16 @@ def run_step(pl, reward_of, length: int = 10) -> tuple[list[list[tuple[str, int]
     return rounds, pl.end_step()
 
 
-def run_stream(pl, reward_of, length: int = 10) -> tuple[list[tuple[str, int]], object]:
-    """One step with groups observed one at a time, first requested first (rollout.overlap_rounds);
-    reward_of(uid, round of that group, k). Returns every request in order and the outcome."""
+def run_stream(pl, reward_of, length: int = 10, first: str | None = None,
+               step_budget: int | None = None) -> tuple[list[tuple[str, int]], object]:
+    """One step with groups observed one at a time, first requested first (rollout.overlap_rounds),
+    except that `first`'s group finishes before all others; reward_of(uid, round of that group, k);
+    `step_budget` replaces the step's budget once its prompts are chosen.
+    Returns every request in order and the outcome."""
     queue, asked, rounds = list(pl.begin_step(0)), [], {}
+    if step_budget is not None:
+        pl._st.budget = step_budget
+    queue.sort(key=lambda q: q.uid != first)
     while queue:
         q = queue.pop(0)
         asked.append((q.uid, q.n))
@@ -474,3 +480,13 @@ def test_streamed_screen_and_staged_allocate_like_round_by_round() -> None:
 def test_streamed_screen_keeps_the_budget() -> None:
     asked, _ = run_stream(screen_planner(12), lambda u, r, k: {"a": 1.0, "b": float(k % 2), "c": 1.0, "d": 0.0}[u])
     assert sum(n for _, n in asked) <= 12
+
+
+def test_streamed_growth_leaves_the_budget_that_probes_still_out_may_need() -> None:
+    # the step takes b (a full group of 4) and probes a and c (2 each): 8 of a budget of 10. b
+    # finishes first, mixed, and would grow by 2, all the budget left; a's probe, still out, then
+    # surprises and needs those 2 for its top-up
+    reward = {"a": lambda r, k: float(k == 0), "b": lambda r, k: float(k % 2), "c": lambda r, k: 1.0}
+    asked, _ = run_stream(screen_planner(12), lambda u, r, k: reward[u](r, k), first="b", step_budget=10)
+    assert asked[:3] == [("b", 4), ("c", 2), ("a", 2)]
+    assert asked[3:] == [("a", 2)]  # a's top-up; b did not grow

@@ -210,7 +210,9 @@ class ScreenAllocator(Allocator):
     stays informative, up to max_samples_per_prompt (default 2n). Top-ups and growth stay
     within the step budget; round 1 does not check it: the prompts selected per step follow
     the measured mean cost per prompt, so a step in which more prompts than usual get a full
-    group spends more than its budget (the budget is a target, as for DAPO).
+    group spends more than its budget (the budget is a target, as for DAPO). With overlapped
+    rounds a group is decided when its own samples are back; growth leaves aside the budget
+    that probes still out would need for their top-ups.
     """
 
     name = "screen"
@@ -246,6 +248,10 @@ class ScreenAllocator(Allocator):
         left = st.budget - st.used_rollouts
         stratify = self.cfg.stratify_rollouts
         cap, used = self._task_caps(st) if stratify else ({}, {})
+        # With overlapped rounds some probes are still out: growth must not take the budget their
+        # top-ups may need (round by round every probe is back before anything grows).
+        reserve = sum(self.n - g.requested for g in st.groups.values()
+                      if g.outstanding and g.uid in self.believed_easy and g.requested < self.n)
         out: list[Request] = []
         for g in st.groups.values():
             if g.outstanding:  # samples still being generated: decided when they are back
@@ -257,6 +263,8 @@ class ScreenAllocator(Allocator):
                 add = min(self.stage, self.max_n - g.n)
                 if stratify and used[t] + add > cap[t]:  # growth stops at the task's share
                     self.capped.setdefault(g.uid, add)
+                    add = 0
+                elif add > left - reserve:
                     add = 0
             else:
                 add = 0

@@ -13,7 +13,7 @@ import pytest
 from rollwise.planner import Request
 from rollwise.sim.command import parse_strategy, register
 from rollwise.sim.report import bootstrap, first_reach, summarize
-from rollwise.sim.runner import RunResult, RunSpec, run_many, run_one
+from rollwise.sim.runner import RunResult, RunSpec, play_step, run_many, run_one
 from rollwise.sim.world import SimParams, World
 
 SMALL = SimParams(n_train=64, n_eval=32)
@@ -61,6 +61,62 @@ def test_run_is_deterministic_and_spends_the_budget() -> None:
     assert np.array_equal(a.accuracy, b.accuracy) and np.array_equal(a.rollouts, b.rollouts)
     assert a.rollouts[-1] >= 8 * 16 and a.rollouts[-2] < 8 * 16
     assert 0 <= a.effective <= a.generated
+
+
+class _ScriptedWorld:
+    """Lengths by uid and request number; every reward 1 (a stand-in for World.generate)."""
+
+    def __init__(self, lengths: dict[str, list[list[int]]]):
+        self.lengths, self.calls = lengths, {}
+
+    def generate(self, r):
+        from rollwise.planner import GroupResult
+
+        k = self.calls[r.uid] = self.calls.get(r.uid, -1) + 1
+        ls = self.lengths[r.uid][k]
+        assert len(ls) == r.n
+        return GroupResult(r.uid, [1.0] * r.n, ls)
+
+
+class _FollowUp:
+    """A planner that asks `a` for one follow-up of 2 samples after its first group."""
+
+    streams = True
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def begin_step(self, step):
+        return [Request("a", 2), Request("b", 2)]
+
+    def observe(self, results):
+        self.seen += [r.uid for r in results]
+        return [Request("a", 2)] if [r.uid for r in results].count("a") and self.seen.count("a") == 1 else []
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_step_latency_hand_computed(overlap: bool) -> None:
+    # a: 10 and 30 tokens, then a follow-up of 5 and 7; b: 50 and 20.
+    # round by round: max(30, 50) + max(5, 7) = 57; overlapped: a ends at 30, its follow-up at 37,
+    # b at 50: the step lasts 50, and the planner saw a before b
+    w = _ScriptedWorld({"a": [[10, 30], [5, 7]], "b": [[50, 20]]})
+    pl = _FollowUp()
+    groups, took = play_step(pl, w, 0, overlap)
+    assert took == (50 if overlap else 57)
+    assert groups == {"a": [1.0] * 4, "b": [1.0] * 2}
+    assert pl.seen == (["a", "a", "b"] if overlap else ["a", "b", "a"])
+
+
+def test_overlapped_run_spends_the_same_budget_and_reports_latency() -> None:
+    spec = RunSpec("adaptive", 1, steps=6, prompts_per_step=4, num_generations=4, params=SMALL)
+    rounds, overlapped = run_one(spec), run_one(replace(spec, overlap=True))
+    for r in (rounds, overlapped):
+        assert r.rollouts[-1] >= 6 * 16 and len(r.latency) == len(r.rollouts)
+        assert np.all(np.diff(r.latency) > 0)
+    res = {"uniform": [run_one(replace(spec, strategy="uniform"))], "adaptive": [overlapped]}
+    assert summarize(res, "rollouts", 0.0)["uniform"]["latency_share"].mean == 0.0  # reached at once
+    share = summarize(res, "rollouts", None)["uniform"]["latency_share"].mean  # its own final accuracy
+    assert 0.5 < share <= 1.0
 
 
 def test_token_budget_run() -> None:

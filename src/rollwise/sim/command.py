@@ -91,6 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Per-step random-walk sd of prompt offsets (default {d.drift}).")
     p.add_argument("--max-len", type=int, default=d.max_len,
                    help=f"Response length cap; truncated responses score 0 (default {d.max_len}).")
+    p.add_argument("--overlap", action="store_true",
+                   help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
+                        "loop's rollout.overlap_rounds); default: round by round.")
     p.add_argument("--workers", type=int, default=1, help="Processes to run seeds in (default 1).")
     p.add_argument("--out", type=Path, default=Path("runs/simulate"),
                    help="Folder for curves.png, table.md and results.json (default runs/simulate).")
@@ -119,7 +122,7 @@ def run_command(args: argparse.Namespace) -> int:
         for label, (name, over) in zip(args.strategies, rows):
             spec = RunSpec(name, 0, steps=base.steps, prompts_per_step=base.prompts_per_step,
                            num_generations=base.num_generations, unit=base.unit, budget=base.budget,
-                           params=params, planner=over)
+                           params=params, planner=over, overlap=args.overlap)
             res = run_many(spec, [name], seeds, args.workers)[name]
             for r in res:
                 r.strategy = label
@@ -133,7 +136,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     total = base.budget * args.steps
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
-    title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, budget {base.budget} {args.unit}/step x "
+    title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped' if args.overlap else 'round by round'}, "
+             f"budget {base.budget} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -70,21 +70,27 @@ def first_reach(r: RunResult, unit: str, target: float) -> float:
 
 
 def summarize(results: dict[str, list[RunResult]], unit: str, target: float | None) -> dict[str, dict[str, Stat]]:
-    """Per strategy: budget to reach the target, its share of the total budget, final
+    """Per strategy: budget to reach the target, its share of the total budget, the decode-step
+    latency until then as a share of uniform's whole run (same seed), final
     accuracy, area under the accuracy curve (normalised: the mean accuracy over the budget),
     effective ratio. With target None each seed's target is uniform's final accuracy in
     that seed (paired comparison)."""
     if target is None and "uniform" not in results:
         raise ValueError("pass --target, or include 'uniform' in --strategies (its final accuracy is the target)")
     base = {r.seed: float(curve(r, unit)[-1]) for r in results.get("uniform", [])}
+    base_latency = {r.seed: float(r.latency[-1]) for r in results.get("uniform", []) if r.latency is not None}
     out: dict[str, dict[str, Stat]] = {}
     for name, runs in results.items():
         reach = np.array([first_reach(r, unit, target if target is not None else base[r.seed]) for r in runs])
         total = np.array([r.budget_total for r in runs])
         curves = np.array([curve(r, unit) for r in runs])
+        latency = np.array([float(np.interp(x, spend(r, unit), r.latency)) / base_latency[r.seed]
+                            if np.isfinite(x) and r.latency is not None and base_latency.get(r.seed) else float("nan")
+                            for r, x in zip(runs, reach)])
         out[name] = {
             "reach": bootstrap(reach),
             "reach_share": bootstrap(reach / total),
+            "latency_share": bootstrap(latency),
             "final": bootstrap(curves[:, -1]),
             "auc": bootstrap(curves.mean(axis=1)),
             "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
@@ -97,6 +103,7 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
 COLUMNS = [
     ("to target ({u}, k)", "reach", 1000.0, 1),
     ("share of budget", "reach_share", 1.0, 2),
+    ("latency to target (share)", "latency_share", 1.0, 2),
     ("final held-out acc", "final", 1.0, 3),
     ("AUC (mean acc)", "auc", 1.0, 3),
     ("effective ratio", "effective", 1.0, 2),

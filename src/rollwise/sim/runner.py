@@ -1,11 +1,20 @@
 """Run planners against the simulated world at an equal total budget.
 
 The loop below is the training loop with the engine and rewarder replaced by `World`: the
-planner is built by the same `build_planner` and sees only uids, rewards and lengths.
+planner is built by the same `build_planner` and sees only uids, rewards and lengths, round by
+round or (`overlap`, the training loop's rollout.overlap_rounds) one group at a time in the
+order the groups finish.
+
+Each step also gets a latency in decode steps, counted as if every sample had a slot of its
+own (a GPU engine with room to spare; on a CPU time follows tokens more than latency): round by
+round a round lasts as long as its longest response; overlapped, a group's follow-ups start
+when its own last response ends, and the step lasts until the last group is done.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +37,7 @@ class RunSpec:
     budget: int | None = None  # per step, in `unit`; None = prompts_per_step * num_generations (* mean length)
     params: SimParams = field(default_factory=SimParams)
     planner: dict[str, Any] = field(default_factory=dict)  # extra PlannerConfig fields
+    overlap: bool = False  # groups shown to the planner one at a time as they finish
 
 
 @dataclass
@@ -43,6 +53,7 @@ class RunResult:
     all_correct: float
     notes: int  # steps that ended with a planner note
     budget_total: float
+    latency: np.ndarray | None = None  # cumulative decode steps on the critical path (module docstring)
 
 
 def default_budget(spec: RunSpec) -> int:
@@ -65,17 +76,12 @@ def run_one(spec: RunSpec) -> RunResult:
     if oracle:  # simulator only: the true solve rates, as a ceiling for the strategy
         planner.estimator = OracleEstimator(world)
     total = float(spec.steps * budget)
-    rollouts, tokens, acc = [0.0], [0.0], [world.eval_accuracy()]
+    rollouts, tokens, acc, latency = [0.0], [0.0], [world.eval_accuracy()], [0.0]
     eff = gen = notes = 0
     wrong, correct = [], []
     for step in range(spec.steps * 20):
-        groups: dict[str, list[float]] = {}
-        reqs = planner.begin_step(step)
-        while reqs:
-            results = [world.generate(r) for r in reqs]
-            for res in results:
-                groups.setdefault(res.uid, []).extend(res.rewards)
-            reqs = planner.observe(results)
+        groups, took = play_step(planner, world, step, spec.overlap)
+        latency.append(latency[-1] + took)
         out = planner.end_step()
         world.learn(groups, out.train, out.replay)
         m = planner.metrics()
@@ -91,7 +97,37 @@ def run_one(spec: RunSpec) -> RunResult:
         if spent >= total:
             break
     return RunResult(spec.strategy, spec.seed, np.array(rollouts), np.array(tokens), np.array(acc), eff, gen,
-                     float(np.mean(wrong)), float(np.mean(correct)), notes, total)
+                     float(np.mean(wrong)), float(np.mean(correct)), notes, total, np.array(latency))
+
+
+def play_step(planner: Any, world: World, step: int, overlap: bool) -> tuple[dict[str, list[float]], int]:
+    """One step's conversation with the planner (up to end_step); the rewards per uid and the
+    step's latency in decode steps (module docstring). `overlap` needs a planner that `streams`."""
+    groups: dict[str, list[float]] = {}
+
+    def generate(r: Any) -> Any:
+        res = world.generate(r)
+        groups.setdefault(res.uid, []).extend(res.rewards)
+        return res
+
+    reqs = planner.begin_step(step)
+    if overlap and planner.streams:
+        order = itertools.count()  # ties: first requested, first observed
+        heap = [(max(res.lengths, default=0), next(order), res) for res in map(generate, reqs)]
+        heapq.heapify(heap)
+        t = 0
+        while heap:
+            t, _, res = heapq.heappop(heap)
+            for r in planner.observe([res]):
+                nxt = generate(r)
+                heapq.heappush(heap, (t + max(nxt.lengths, default=0), next(order), nxt))
+        return groups, t
+    t = 0
+    while reqs:
+        results = [generate(r) for r in reqs]
+        t += max(max(res.lengths, default=0) for res in results)
+        reqs = planner.observe(results)
+    return groups, t
 
 
 def run_many(base: RunSpec, strategies: list[str], seeds: list[int], workers: int = 1,

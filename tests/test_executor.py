@@ -205,5 +205,6 @@ def test_speculative_reuse_draws_on_the_bank_only_in_a_steps_first_round(tiny_mo
     assert eng.stats["spec_candidates"] == 0
     copies = sum(a.response_ids == b.response_ids for u in prompts for a, b in zip(first.groups[u], top_up.groups[u]))
     assert copies < 6
-    ex.generate(reqs, first_round=True)  # the next step's first round does reuse them
-    assert eng.stats["spec_candidates"] == 6
+    # the next step's first round does reuse them: both rounds' responses, 4 per prompt
+    ex.generate([Request(u, 4) for u in prompts], first_round=True)
+    assert eng.stats["spec_candidates"] == 12

@@ -45,6 +45,7 @@ def run_stream(pl, reward_of, length: int = 10, first: str | None = None,
     except that `first`'s group finishes before all others; reward_of(uid, round of that group, k);
     `step_budget` replaces the step's budget once its prompts are chosen.
     Returns every request in order and the outcome."""
+    pl.overlapped = True
     queue, asked, rounds = list(pl.begin_step(0)), [], {}
     if step_budget is not None:
         pl._st.budget = step_budget
@@ -458,6 +459,29 @@ def test_which_planners_decide_group_by_group() -> None:
     assert not streams["dapo"] and not streams["dars"]  # they decide from a whole round
     assert all(v for k, v in streams.items() if k not in ("dapo", "dars"))
     assert UniformPlanner(UIDS, 2, 4, 0).streams
+    follow = {name for name in STRATEGIES if make(name).follows_up}
+    assert follow == {"adaptive", "ar3po", "dapo", "dars"}  # the others never ask for more in a step
+
+
+def test_round_by_round_top_ups_come_before_growth() -> None:
+    # round 1: b (full group, mixed) and a's probe (surprising) both finish; the 2 rollouts left
+    # go to a's top-up, not to b's growth, though b comes first in the step's groups
+    pl = screen_planner(12)
+    reqs = pl.begin_step(0)
+    pl._st.budget = 10
+    assert [(q.uid, q.n) for q in reqs] == [("c", 2), ("a", 2), ("b", 4)]
+    pl._st.groups = {u: pl._st.groups[u] for u in ("b", "a", "c")}  # b ahead of a
+    order = {"b": [0.0, 1.0, 0.0, 1.0], "a": [1.0, 0.0], "c": [1.0, 1.0]}
+    more = pl.observe([GroupResult(u, order[u], [10] * len(order[u])) for u in ("b", "a", "c")])
+    assert [(q.uid, q.n) for q in more] == [("a", 2)]
+
+
+def test_max_rounds_caps_a_step_round_by_round() -> None:
+    from rollwise.planner.core import MAX_ROUNDS
+
+    pl = make("dapo", uids=[f"u{i}" for i in range(2000)], pps=1, n=2, dapo_max_rounds=10_000, dapo_oversample=1.0)
+    rounds, _ = run_step(pl, lambda u, r, k: 0.0)  # nothing is ever informative: back-fill forever
+    assert len(rounds) == MAX_ROUNDS
 
 
 def test_streamed_screen_and_staged_allocate_like_round_by_round() -> None:
@@ -490,3 +514,9 @@ def test_streamed_growth_leaves_the_budget_that_probes_still_out_may_need() -> N
     asked, _ = run_stream(screen_planner(12), lambda u, r, k: reward[u](r, k), first="b", step_budget=10)
     assert asked[:3] == [("b", 4), ("c", 2), ("a", 2)]
     assert asked[3:] == [("a", 2)]  # a's top-up; b did not grow
+    # round by round (partial rollouts: a probe still out may never come back this step) nothing
+    # is held back for it
+    pl = screen_planner(12)
+    pl.begin_step(0)
+    pl._st.budget = 10
+    assert [(q.uid, q.n) for q in pl.observe([GroupResult("b", [0.0, 1.0, 0.0, 1.0], [10] * 4)])] == [("b", 2)]

@@ -155,9 +155,10 @@ class RolloutConfig(_Section):
         None, description="Follow-up rounds of a multi-round planner (adaptive's probe top-ups and growth, ar3po's "
         "stages) join the running engine batch as soon as their group has finished and been scored, instead of "
         "starting after the slowest response of the round. Unset: on wherever it can be (engine=continuous or vllm, "
-        "no partial_rollouts, the synchronous loop, a planner that decides group by group: not dapo or dars); true: "
-        "required (an error says what prevents it); false: round by round. Which groups grow first then follows "
-        "the order in which groups finish.")
+        "no partial_rollouts, the synchronous loop, a planner that decides group by group: not dapo or dars) and "
+        "the planner asks for follow-ups at all (adaptive, ar3po); true: required (an error says what prevents "
+        "it); false: round by round. Which informative groups grow first then follows the order in which groups "
+        "finish; probes still out keep the budget their top-ups may need.")
     retention_limit: int = Field(
         2, ge=0, description="Partial rollouts: a carried sample whose oldest token is more than this many policy "
         "versions old is dropped (and counted in rollout/dropped_stale).")

@@ -247,12 +247,19 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
     planner's follow-up requests join the running engine round (see `rollout.overlap_rounds`)."""
     planner, tokenizer = run.planner, run.tokenizer
     by_uid: dict[str, list[Sample]] = {}
-    cost = {"gen_s": 0.0, "reward_s": 0.0}
+    cost = {"absorb_s": 0.0, "reward_s": 0.0}
     issues = [0, 0, 0]
 
     def absorb(out: Any, ask: bool = True) -> list[Request]:
         """Score finished groups, keep their samples, tell the planner; its follow-up requests
         (when `ask`: a round of carried groups only asks for nothing more)."""
+        ta = time.perf_counter()
+        try:
+            return _absorb(out, ask)
+        finally:
+            cost["absorb_s"] += time.perf_counter() - ta
+
+    def _absorb(out: Any, ask: bool) -> list[Request]:
         owners = [u for grp in (out.groups, out.adopted) for u, outs in grp.items() for _ in outs]
         outs = [o for grp in (out.groups, out.adopted) for os_ in grp.values() for o in os_]
         texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
@@ -272,17 +279,22 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
             planner.adopt(_group_results(fresh, out.adopted))
         return planner.observe(_group_results(fresh, out.groups)) if ask else []
 
+    if hasattr(planner, "overlapped"):
+        planner.overlapped = stream
     requests = planner.begin_step(step)
-    tg = time.perf_counter()
+    gen_s = 0.0  # engine time only: scoring and planning inside an overlapped round are taken out
     if stream:
+        tg = time.perf_counter()
         executor.generate(requests, first_round=True, on_groups=lambda out: absorb(out, ask=bool(out.groups)))
+        gen_s = time.perf_counter() - tg - cost["absorb_s"]
     else:
         first = True
         while requests or (first and executor.carried):
+            tg = time.perf_counter()
             out = executor.generate(requests, first_round=first)
+            gen_s += time.perf_counter() - tg
             first = False
             requests = absorb(out, ask=bool(requests))
-    gen_s = time.perf_counter() - tg - cost["reward_s"]
     reward_s = cost["reward_s"]
     outcome = planner.end_step()
 
@@ -303,12 +315,15 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
 
 
 def overlap_rounds(cfg: Config, executor: Any, planner: Any) -> bool:
-    """Whether follow-up rounds join the running engine round (rollout.overlap_rounds; unset: where possible)."""
+    """Whether follow-up rounds join the running engine round (rollout.overlap_rounds). Unset: where
+    possible and where the planner can ask for follow-ups at all (otherwise there is nothing to
+    overlap, and scoring group by group inside the engine's loop would only add round trips)."""
+    setting = cfg.rollout.overlap_rounds
     possible = bool(getattr(executor, "streams", False)) and bool(getattr(planner, "streams", False))
-    if cfg.rollout.overlap_rounds and not possible:  # the config's checks catch the built-in parts at start
+    if setting and not possible:  # the config's checks catch the built-in parts at start
         raise ValueError("rollout.overlap_rounds=true: this planner or executor cannot take groups one by one; "
                          "leave rollout.overlap_rounds unset")
-    return possible and cfg.rollout.overlap_rounds is not False
+    return possible and (bool(setting) or (setting is None and bool(getattr(planner, "follows_up", True))))
 
 
 def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, float]:

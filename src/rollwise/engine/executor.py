@@ -80,6 +80,7 @@ class RolloutExecutor:
         self.bank: dict[str, list[GenerationOutput]] = {}  # uid -> last finished responses (speculative reuse)
         self.totals = dict.fromkeys(("requested", "delivered", "dropped_stale"), 0)
         self._step: dict[str, float] = {}
+        self._banked: set[str] = set()  # uids whose bank entry holds this step's responses
 
     # ------------------------------------------------------------------ one round
     @property
@@ -106,6 +107,8 @@ class RolloutExecutor:
                              "weight updates")
         groups: dict[str, _Group] = {}
         queue: list[tuple[str, GenerationRequest]] = []  # (owner uid, request), carried first
+        if first_round:
+            self._banked = set()
         if first_round and self.carried:
             self._drop_stale()
             for uid, g in self.carried.items():
@@ -144,7 +147,8 @@ class RolloutExecutor:
             finished, unfinished = self.engine.generate(reqs), []
             for q, o in zip(reqs, finished):
                 o.request_id = q.request_id
-        self._step["engine_s"] = self._step.get("engine_s", 0.0) + time.perf_counter() - t0
+        callback_s = self._step.pop("callback_s", 0.0)  # scoring and planning inside an overlapped round
+        self._step["engine_s"] = self._step.get("engine_s", 0.0) + time.perf_counter() - t0 - callback_s
         new_tokens = (self._sampled() - sampled0) if sampled0 is not None else sum(len(o.response_ids) for o in finished)
         self._step["generated_tokens"] = self._step.get("generated_tokens", 0.0) + new_tokens
         if on_groups is not None:
@@ -196,8 +200,10 @@ class RolloutExecutor:
             g = groups.pop(uid)
             (out.adopted if g.carried else out.groups)[uid] = g.done
             self.totals["delivered"] += len(g.done)
-            if self.speculative:
-                self.bank[uid] = [o for o in g.done if o.response_ids]
+            if self.speculative:  # every response of this step's rounds together
+                kept = [o for o in g.done if o.response_ids]
+                self.bank[uid] = self.bank[uid] + kept if uid in self._banked else kept
+                self._banked.add(uid)
         return out
 
     def _stream(self, reqs: list[GenerationRequest], groups: dict[str, _Group], owner: dict[int | None, str],
@@ -207,7 +213,10 @@ class RolloutExecutor:
         def hand_out(complete: list[str]) -> list[GenerationRequest]:
             if not complete:
                 return []
-            new = self._enqueue(on_groups(self._deliver(groups, complete)), groups, reuse=False)
+            tc = time.perf_counter()
+            asked = on_groups(self._deliver(groups, complete))
+            self._step["callback_s"] = self._step.get("callback_s", 0.0) + time.perf_counter() - tc
+            new = self._enqueue(asked, groups, reuse=False)
             owner.update((q.request_id, uid) for uid, q in new)
             return [q for _, q in new]
 

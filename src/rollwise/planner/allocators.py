@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 class Allocator:
     name = "fixed"
-    # `more` decides each group from that group alone (plus the budget left), so it can be asked
-    # whenever any group finishes, while others still run (rollout.overlap_rounds)
-    per_group = True
+    # True when `more` decides each group from that group alone (plus the budget left), so it can
+    # be asked whenever any group finishes while others still run (rollout.overlap_rounds). A
+    # subclass that overrides `more` must say so; one that does not has nothing to decide.
+    per_group = False
     ema = 0.2
 
     def __init__(self, cfg: Any, n: int):
@@ -114,6 +115,7 @@ class KnapsackAllocator(Allocator):
 
 class StagedAllocator(Allocator):
     name = "staged"
+    per_group = True
 
     def __init__(self, cfg: Any, n: int):
         super().__init__(cfg, n)
@@ -210,12 +212,13 @@ class ScreenAllocator(Allocator):
     stays informative, up to max_samples_per_prompt (default 2n). Top-ups and growth stay
     within the step budget; round 1 does not check it: the prompts selected per step follow
     the measured mean cost per prompt, so a step in which more prompts than usual get a full
-    group spends more than its budget (the budget is a target, as for DAPO). With overlapped
-    rounds a group is decided when its own samples are back; growth leaves aside the budget
-    that probes still out would need for their top-ups.
+    group spends more than its budget (the budget is a target, as for DAPO). Top-ups come
+    before growth. With overlapped rounds a group is decided when its own samples are back,
+    and growth leaves aside the budget that probes still out would need for their top-ups.
     """
 
     name = "screen"
+    per_group = True
 
     def __init__(self, cfg: Any, n: int):
         super().__init__(cfg, n)
@@ -248,27 +251,28 @@ class ScreenAllocator(Allocator):
         left = st.budget - st.used_rollouts
         stratify = self.cfg.stratify_rollouts
         cap, used = self._task_caps(st) if stratify else ({}, {})
-        # With overlapped rounds some probes are still out: growth must not take the budget their
-        # top-ups may need (round by round every probe is back before anything grows).
-        reserve = sum(self.n - g.requested for g in st.groups.values()
-                      if g.outstanding and g.uid in self.believed_easy and g.requested < self.n)
+        settled = [g for g in st.groups.values() if not g.outstanding]  # samples out: decided when back
         out: list[Request] = []
-        for g in st.groups.values():
-            if g.outstanding:  # samples still being generated: decided when they are back
+        # top-ups first: a surprising probe's one chance comes before growing any group
+        for g in settled:
+            if g.uid in self.believed_easy and g.n < self.n and g.rounds == 1 and self.surprised(g):
+                add = self.n - g.n
+                if add <= left:
+                    out.append(Request(g.uid, add))
+                    left -= add
+                    if stratify:
+                        used[task_of(g.uid)] += add
+        # then growth; with overlapped rounds, probes still out keep the budget their top-ups may need
+        reserve = sum(self.n - g.requested for g in st.groups.values()
+                      if g.outstanding and g.rounds == 0 and g.uid in self.believed_easy and g.requested < self.n
+                      ) if pl.overlapped else 0
+        for g in settled:
+            if not (g.n >= self.n and g.informative):
                 continue
-            t = task_of(g.uid) if stratify else ""
-            if g.uid in self.believed_easy and g.n < self.n:  # a probe: its one chance of a top-up
-                add = self.n - g.n if g.rounds == 1 and self.surprised(g) else 0
-            elif g.n >= self.n and g.informative:
-                add = min(self.stage, self.max_n - g.n)
-                if stratify and used[t] + add > cap[t]:  # growth stops at the task's share
-                    self.capped.setdefault(g.uid, add)
-                    add = 0
-                elif add > left - reserve:
-                    add = 0
-            else:
-                add = 0
-            if 0 < add <= left:
+            add, t = min(self.stage, self.max_n - g.n), task_of(g.uid) if stratify else ""
+            if stratify and used[t] + add > cap[t]:  # growth stops at the task's share
+                self.capped.setdefault(g.uid, add)
+            elif 0 < add <= left - reserve:
                 out.append(Request(g.uid, add))
                 left -= add
                 if stratify:
@@ -294,6 +298,16 @@ class ScreenAllocator(Allocator):
         self.believed_easy.clear()
         self.capped.clear()
         self._track_cost(st)
+
+
+def groupwise(cls: type[Allocator]) -> bool:
+    """Whether an allocator class can be asked group by group (rollout.overlap_rounds)."""
+    return cls.more is Allocator.more or cls.per_group
+
+
+def follows_up(cls: type[Allocator]) -> bool:
+    """Whether an allocator class can ask for extra rounds at all."""
+    return cls.more is not Allocator.more
 
 
 ALLOCATORS: dict[str, type[Allocator]] = {

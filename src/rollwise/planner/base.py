@@ -64,6 +64,8 @@ class Planner(Protocol):
     # the round are still being generated (rollout.overlap_rounds); False when it decides from a
     # whole round at once
     streams: bool
+    follows_up: bool  # False when observe() never asks for more (nothing to overlap)
+    overlapped: bool  # set by the loop: observe() is being given groups one by one
 
     def begin_step(self, step: int) -> list[Request]: ...
 
@@ -136,6 +138,8 @@ class UniformPlanner:
         self.n = num_generations
         self._current: list[str] = []
         self.streams = True  # observe() asks for nothing
+        self.follows_up = False
+        self.overlapped = False
 
     def begin_step(self, step: int) -> list[Request]:
         self._current = self.stream.take(self.prompts_per_step)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rollwise.planner import allocators, selectors
 from rollwise.planner.allocators import Allocator
 from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome, task_of
 from rollwise.planner.estimators import Estimator
@@ -24,7 +25,7 @@ from rollwise.planner.repair import NoRepair
 from rollwise.planner.selectors import Selector
 from rollwise.planner.step import Group, StepState, allocation_summary
 
-MAX_ROUNDS = 64  # safety net: rounds of one group in a step; real strategies stop long before
+MAX_ROUNDS = 64  # safety net: rounds in a step (round by round) and of one group; real strategies stop long before
 
 
 class ComposedPlanner:
@@ -63,6 +64,9 @@ class ComposedPlanner:
         self.token_carry = 0.0
         self._st: StepState | None = None
         self._metrics: dict[str, Any] = {}
+        # set by whoever drives the step: True when observe() is given groups one by one as they
+        # finish while others are still out (rollout.overlap_rounds)
+        self.overlapped = False
 
     # ------------------------------------------------------------------ helpers for parts
     def indices(self, uids: list[str]) -> np.ndarray:
@@ -93,7 +97,12 @@ class ComposedPlanner:
     def streams(self) -> bool:
         """Whether `observe` may be called group by group as groups finish (rollout.overlap_rounds):
         true unless a part decides from a whole round (DAPO's back-fill, DARS's second round)."""
-        return bool(self.allocator.per_group and self.selector.per_group)
+        return allocators.groupwise(type(self.allocator)) and selectors.groupwise(type(self.selector))
+
+    @property
+    def follows_up(self) -> bool:
+        """Whether `observe` can ask for more at all (an allocator or selector with extra rounds)."""
+        return allocators.follows_up(type(self.allocator)) or selectors.follows_up(type(self.selector))
 
     def begin_step(self, step: int) -> list[Request]:
         budget = self.step_budget()
@@ -132,9 +141,9 @@ class ComposedPlanner:
             g.successes += sum(r >= self.success_threshold for r in res.rewards)
             g.rounds += 1
         st.rounds += 1
-        if any(st.groups[res.uid].rounds >= MAX_ROUNDS for res in results):
+        if st.rounds >= MAX_ROUNDS and not self.overlapped:
             return []
-        extra = self.allocator.more(self, st)
+        extra = [r for r in self.allocator.more(self, st) if st.groups[r.uid].rounds < MAX_ROUNDS]
         for r in extra:
             st.groups[r.uid].requested += r.n
         if extra:

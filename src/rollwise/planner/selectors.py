@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 class Selector:
     name = "all"
-    per_group = True  # `more` can be asked whenever any group finishes (rollout.overlap_rounds)
+    # True when `more` can be asked whenever any group finishes (rollout.overlap_rounds); a
+    # subclass that overrides `more` must say so
+    per_group = False
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
         return pl.take(k, st)
@@ -201,6 +203,16 @@ class FilterSelector(Selector):
             st.notes.append(f"dapo: {why} with {len(good)}/{st.target_prompts} informative groups; "
                             "training on what there is")
         return good[: st.target_prompts]
+
+
+def groupwise(cls: type[Selector]) -> bool:
+    """Whether a selector class can be asked group by group (rollout.overlap_rounds)."""
+    return cls.more is Selector.more or cls.per_group
+
+
+def follows_up(cls: type[Selector]) -> bool:
+    """Whether a selector class can ask for extra rounds (back-fill) at all."""
+    return cls.more is not Selector.more
 
 
 SELECTORS: dict[str, type[Selector]] = {"all": AllSelector, "skip": SkipSelector, "posterior": PosteriorSelector,

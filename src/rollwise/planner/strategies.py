@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollwise.planner import allocators, selectors
 from rollwise.planner.allocators import ALLOCATORS, make_allocator
 from rollwise.planner.core import ComposedPlanner
 from rollwise.planner.estimators import make_estimator
@@ -57,8 +58,9 @@ def whole_round_parts(cfg: Any) -> list[str]:
     whole round at once, so they cannot be shown groups one by one (rollout.overlap_rounds)."""
     preset = PRESETS.get(cfg.strategy, {})
     sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
-    out = [f"selector '{sel}'"] if sel in SELECTORS and not SELECTORS[sel].per_group else []
-    return out + ([f"allocator '{alloc}'"] if alloc in ALLOCATORS and not ALLOCATORS[alloc].per_group else [])
+    out = [f"selector '{sel}'"] if sel in SELECTORS and not selectors.groupwise(SELECTORS[sel]) else []
+    return out + ([f"allocator '{alloc}'"] if alloc in ALLOCATORS and not allocators.groupwise(ALLOCATORS[alloc])
+                  else [])
 
 
 def make_planner(

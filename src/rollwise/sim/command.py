@@ -93,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Response length cap; truncated responses score 0 (default {d.max_len}).")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
-                        "loop's rollout.overlap_rounds); default: round by round.")
+                        "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
+                        "round); default: round by round.")
     p.add_argument("--workers", type=int, default=1, help="Processes to run seeds in (default 1).")
     p.add_argument("--out", type=Path, default=Path("runs/simulate"),
                    help="Folder for curves.png, table.md and results.json (default runs/simulate).")
@@ -136,7 +137,7 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     total = base.budget * args.steps
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
-    title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped' if args.overlap else 'round by round'}, "
+    title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              f"budget {base.budget} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)

@@ -110,8 +110,9 @@ def play_step(planner: Any, world: World, step: int, overlap: bool) -> tuple[dic
         groups.setdefault(res.uid, []).extend(res.rewards)
         return res
 
+    planner.overlapped = overlap = overlap and planner.streams  # dapo, dars: round by round
     reqs = planner.begin_step(step)
-    if overlap and planner.streams:
+    if overlap:
         order = itertools.count()  # ties: first requested, first observed
         heap = [(max(res.lengths, default=0), next(order), res) for res in map(generate, reqs)]
         heapq.heapify(heap)

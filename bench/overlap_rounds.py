@@ -15,7 +15,8 @@ reasoning-gym mixture, 8 prompts x 8 samples, 48 new tokens, the continuous engi
 weights (the base model, or `--checkpoint`'s), and both modes run the same number of steps, each
 with its own planner (same seed), alternating which mode goes first. Measured side by side in
 one process: generation seconds (engine plus scoring of the groups), sampled tokens, rollouts,
-engine rounds and planner rounds per step. A trained policy's responses end well before the
+engine rounds, the most rounds one group took (depth), and the engine's prefill and decode
+seconds, prompt tokens prefilled and decode steps. A trained policy's responses end well before the
 cap, so its groups finish at different times: that is where overlapping can save time; early in
 training most responses run to the cap and every group finishes at about the same time.
 Writes bench/out/overlap_rounds/<label>.json.
@@ -56,6 +57,8 @@ def main() -> None:
         load_checkpoint_weights(Path(args.checkpoint), run.model)
     ro = cfg.rollout
     run.engine.load_weights(merged_state_dict(run.model), version=0)
+    first = next(iter(run.items_by_uid.values()))
+    run.runner.score([""], [first])  # start the reward worker before anything is timed
     modes = {"rounds": False, "overlap": True}
     planners = {m: build_planner(cfg.planner, list(run.ids_by_uid), ro.prompts_per_step, ro.num_generations,
                                  ro.max_completion_length, cfg.run.seed) for m in modes}
@@ -66,14 +69,17 @@ def main() -> None:
         for m in order:
             run.planner = planners[m]
             run.engine._prefix.clear()  # no prompt KV left over from the other mode's step
+            st0 = dict(run.engine.stats)
             t0 = time.perf_counter()
             p = produce_batch(run, step, executors[m], stream=modes[m])
             wall = time.perf_counter() - t0
+            est = {k: run.engine.stats[k] - st0[k] for k in ("prefill_s", "decode_s", "prefill_tokens", "decode_calls")}
             rows[m].append({"wall_s": wall, "gen_s": p.gen_s, "reward_s": p.reward_s, "tokens": float(p.tokens),
                             "rollouts": float(len(p.generated)),
                             "engine_rounds": p.executor_metrics.get("rollout/engine_rounds", 0.0),
                             "planner_depth": p.executor_metrics.get("planner/depth", 0.0),
-                            "truncated": statistics.mean(s.finish_reason == "length" for s in p.generated)})
+                            "truncated": statistics.mean(s.finish_reason == "length" for s in p.generated),
+                            **est})
             print(f"step {step} {m:8s} " + " ".join(f"{k}={v:.2f}" for k, v in rows[m][-1].items()), flush=True)
     run.runner.close()
 
@@ -85,6 +91,11 @@ def main() -> None:
         t = tot[m]
         print(f"{m:8s} {t['wall_s']:8.1f} {t['tokens']:8.0f} {t['rollouts']:8.0f} {t['tokens'] / t['wall_s']:7.1f} "
               f"{t['engine_rounds']:11.0f} {t['planner_depth'] / args.steps:6.2f} {t['truncated'] / args.steps:9.2f}")
+    for m in modes:
+        t = tot[m]
+        print(f"{m:8s} engine: prefill {t['prefill_s']:.1f} s for {t['prefill_tokens']:.0f} prompt tokens, decode "
+              f"{t['decode_s']:.1f} s in {t['decode_calls']:.0f} decode steps ({t['tokens'] / max(t['decode_calls'], 1):.1f} "
+              f"sequences per step)")
     r, o = tot["rounds"], tot["overlap"]
     ratio_time = o["wall_s"] / r["wall_s"]
     ratio_rate = (o["tokens"] / o["wall_s"]) / (r["tokens"] / r["wall_s"])

@@ -40,6 +40,7 @@ class RolloutPool:
         self.restarts = 0
         self.workers_restarts_allowed = spec.cfg.distributed.max_worker_restarts
         self._tokens = 0
+        self._rounds = 0  # rounds this batch (the workers run each round in parallel)
         self._stats: list[dict[str, Any]] = []
         specs = [replace(spec, seed=spec.seed + 7919 * i) for i in range(num_workers)]
         if backend == "ray":
@@ -56,6 +57,7 @@ class RolloutPool:
 
     # ------------------------------------------------------------------ the executor's interface
     def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
+        self._rounds += 1
         n = len(self.workers)
         parts: list[list[Request]] = [[] for _ in range(n)]
         for i, r in enumerate(requests):
@@ -92,8 +94,9 @@ class RolloutPool:
 
     def metrics(self) -> dict[str, float]:
         """This batch's pool metrics (reset on read)."""
-        m = {"rollout/generated_tokens": float(self._tokens), "async/worker_restarts": float(self.restarts)}
-        self._tokens, self._stats = 0, []
+        m = {"rollout/generated_tokens": float(self._tokens), "rollout/engine_rounds": float(self._rounds),
+             "async/worker_restarts": float(self.restarts)}
+        self._tokens, self._rounds, self._stats = 0, 0, []
         return m
 
     # ------------------------------------------------------------------ checkpoints

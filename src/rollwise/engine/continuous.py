@@ -24,7 +24,15 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rollwise.algos.speculative import old_distribution_from_topk, residual_distribution, speculative_accept
-from rollwise.engine.hf import GenerationOutput, GenerationRequest, HFEngine, RoundStop, _filter_logits, draw
+from rollwise.engine.hf import (
+    GenerationOutput,
+    GenerationRequest,
+    HFEngine,
+    RoundFeed,
+    RoundStop,
+    _filter_logits,
+    draw,
+)
 from rollwise.types import FinishReason
 
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [n, heads, T, d]
@@ -330,16 +338,11 @@ class ContinuousEngine(HFEngine):
         waiting = deque(r for r in requests if r.request_id not in in_slots)
         headroom = max((r.max_new_tokens for r in requests), default=0)
         finished: list[GenerationOutput] = []
-        produced, stop = 0, RoundStop(stop_when, token_budget)
-        fed = 0
+        produced, stop, follow = 0, RoundStop(stop_when, token_budget), RoundFeed(feed)
         while True:
-            if feed is not None and len(finished) > fed:
-                more, fed = feed(finished[fed:]), len(finished)
-                for r in more:
-                    if r.request_id is None:
-                        raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
-                    waiting.append(r)
-                    headroom = max(headroom, r.max_new_tokens)
+            for r in follow(finished):
+                waiting.append(r)
+                headroom = max(headroom, r.max_new_tokens)
             if not (slots.B or waiting) or stop(produced, finished):
                 break
             t0 = time.perf_counter()

@@ -63,6 +63,23 @@ class RoundStop:
         return False
 
 
+class RoundFeed:
+    """Follow-up requests for a running round: `feed(newly_finished)` is asked whenever `finished`
+    has grown, each output once; what it returns needs its own request_id. Shared by every
+    engine's run_round."""
+
+    def __init__(self, feed: Callable[[list[GenerationOutput]], list[GenerationRequest]] | None):
+        self.feed, self._fed = feed, 0
+
+    def __call__(self, finished: list[GenerationOutput]) -> list[GenerationRequest]:
+        if self.feed is None or len(finished) <= self._fed:
+            return []
+        more, self._fed = self.feed(finished[self._fed:]), len(finished)
+        if any(r.request_id is None for r in more):
+            raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
+        return more
+
+
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Mask logits outside top-k / top-p (nucleus) with -inf.  logits: [B, V]."""
     if top_k and top_k < logits.shape[-1]:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from rollwise.engine.hf import GenerationOutput, GenerationRequest, RoundStop
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, RoundFeed, RoundStop
 
 
 class VLLMUnavailable(RuntimeError):
@@ -108,14 +108,10 @@ class VLLMEngine:
         for i, r in enumerate(requests):
             add(r if r.request_id is not None else replace(r, request_id=i))
         finished: list[GenerationOutput] = []
-        produced, stop, fed = 0, RoundStop(stop_when, token_budget), 0
+        produced, stop, follow = 0, RoundStop(stop_when, token_budget), RoundFeed(feed)
         while True:
-            if feed is not None and len(finished) > fed:
-                more, fed = feed(finished[fed:]), len(finished)
-                for r in more:
-                    if r.request_id is None:
-                        raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
-                    add(r)
+            for r in follow(finished):
+                add(r)
             if not live or stop(produced, finished):
                 break
             for ro in engine.step():

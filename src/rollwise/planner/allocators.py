@@ -300,16 +300,6 @@ class ScreenAllocator(Allocator):
         self._track_cost(st)
 
 
-def groupwise(cls: type[Allocator]) -> bool:
-    """Whether an allocator class can be asked group by group (rollout.overlap_rounds)."""
-    return cls.more is Allocator.more or cls.per_group
-
-
-def follows_up(cls: type[Allocator]) -> bool:
-    """Whether an allocator class can ask for extra rounds at all."""
-    return cls.more is not Allocator.more
-
-
 ALLOCATORS: dict[str, type[Allocator]] = {
     "fixed": FixedAllocator, "knapsack": KnapsackAllocator, "staged": StagedAllocator, "hardness": HardnessAllocator,
     "rank": RankAllocator, "screen": ScreenAllocator}

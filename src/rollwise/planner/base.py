@@ -85,6 +85,18 @@ class Planner(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def follows_up(part: type, base: type) -> bool:
+    """Whether a planner part's class (an Allocator or Selector subclass of `base`) can ask for
+    extra rounds at all: it overrides `more`."""
+    return part.more is not base.more  # type: ignore[attr-defined]
+
+
+def groupwise(part: type, base: type) -> bool:
+    """Whether a planner part's class can be asked group by group (rollout.overlap_rounds): it has
+    no `more` of its own, or says `per_group`."""
+    return not follows_up(part, base) or bool(part.per_group)  # type: ignore[attr-defined]
+
+
 def task_of(uid: str) -> str:
     """A prompt's task: its uid's prefix before ':' ("" for uids without one)."""
     return uid.split(":", 1)[0] if ":" in uid else ""

@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from rollwise.planner import allocators, selectors
 from rollwise.planner.allocators import Allocator
-from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome, task_of
+from rollwise.planner.base import GroupResult, PromptStream, Request, StepOutcome, follows_up, groupwise, task_of
 from rollwise.planner.estimators import Estimator
 from rollwise.planner.repair import NoRepair
 from rollwise.planner.selectors import Selector
@@ -97,12 +96,12 @@ class ComposedPlanner:
     def streams(self) -> bool:
         """Whether `observe` may be called group by group as groups finish (rollout.overlap_rounds):
         true unless a part decides from a whole round (DAPO's back-fill, DARS's second round)."""
-        return allocators.groupwise(type(self.allocator)) and selectors.groupwise(type(self.selector))
+        return groupwise(type(self.allocator), Allocator) and groupwise(type(self.selector), Selector)
 
     @property
     def follows_up(self) -> bool:
         """Whether `observe` can ask for more at all (an allocator or selector with extra rounds)."""
-        return allocators.follows_up(type(self.allocator)) or selectors.follows_up(type(self.selector))
+        return follows_up(type(self.allocator), Allocator) or follows_up(type(self.selector), Selector)
 
     def begin_step(self, step: int) -> list[Request]:
         budget = self.step_budget()

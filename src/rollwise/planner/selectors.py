@@ -205,16 +205,6 @@ class FilterSelector(Selector):
         return good[: st.target_prompts]
 
 
-def groupwise(cls: type[Selector]) -> bool:
-    """Whether a selector class can be asked group by group (rollout.overlap_rounds)."""
-    return cls.more is Selector.more or cls.per_group
-
-
-def follows_up(cls: type[Selector]) -> bool:
-    """Whether a selector class can ask for extra rounds (back-fill) at all."""
-    return cls.more is not Selector.more
-
-
 SELECTORS: dict[str, type[Selector]] = {"all": AllSelector, "skip": SkipSelector, "posterior": PosteriorSelector,
                                          "filter": FilterSelector}
 

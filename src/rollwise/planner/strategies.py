@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollwise.planner import allocators, selectors
-from rollwise.planner.allocators import ALLOCATORS, make_allocator
+from rollwise.planner.allocators import ALLOCATORS, Allocator, make_allocator
+from rollwise.planner.base import groupwise
 from rollwise.planner.core import ComposedPlanner
 from rollwise.planner.estimators import make_estimator
 from rollwise.planner.repair import make_repair
-from rollwise.planner.selectors import SELECTORS, make_selector
+from rollwise.planner.selectors import SELECTORS, Selector, make_selector
 
 PRESETS: dict[str, dict[str, Any]] = {
     "uniform": {"estimator": "window", "selector": "all", "allocator": "fixed", "repair": "none"},
@@ -58,8 +58,8 @@ def whole_round_parts(cfg: Any) -> list[str]:
     whole round at once, so they cannot be shown groups one by one (rollout.overlap_rounds)."""
     preset = PRESETS.get(cfg.strategy, {})
     sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
-    out = [f"selector '{sel}'"] if sel in SELECTORS and not selectors.groupwise(SELECTORS[sel]) else []
-    return out + ([f"allocator '{alloc}'"] if alloc in ALLOCATORS and not allocators.groupwise(ALLOCATORS[alloc])
+    out = [f"selector '{sel}'"] if sel in SELECTORS and not groupwise(SELECTORS[sel], Selector) else []
+    return out + ([f"allocator '{alloc}'"] if alloc in ALLOCATORS and not groupwise(ALLOCATORS[alloc], Allocator)
                   else [])
 
 

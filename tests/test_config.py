@@ -192,3 +192,23 @@ def test_an_emulated_bf16_is_said_once_before_training(monkeypatch, capsys):
     assert "rollwise: warning: model.dtype=bfloat16" in capsys.readouterr().err
     warn_slow_dtype(load_config(None, []))  # auto never warns
     assert capsys.readouterr().err == ""
+
+
+def test_transpose_weights_is_refused_for_vllm_and_reaches_the_engine(tiny_model_dir):
+    import torch
+
+    from rollwise.engine.factory import build_engine
+    from rollwise.engine.hf import input_major
+    from rollwise.models import load_model
+
+    with pytest.raises(ConfigError, match="transpose_weights=true applies to the hf and continuous"):
+        load_config(overrides=["rollout.engine=vllm", "rollout.transpose_weights=true"])
+    load_config(overrides=["rollout.engine=vllm"])  # unset: nothing to refuse
+    model = load_model(str(tiny_model_dir), torch.float32)
+    for engine in ("continuous", "hf"):
+        for setting, expect in (("null", True), ("false", False), ("true", True)):
+            cfg = load_config(overrides=[f"rollout.engine={engine}", f"rollout.transpose_weights={setting}",
+                                         "model.dtype=float32"])
+            assert input_major(build_engine(cfg, model, [0], 0, seed=0).model) is expect, (engine, setting)
+    cfg = load_config(overrides=["rollout.engine_dtype=bfloat16"])  # unset in bf16: off (measured no faster)
+    assert not input_major(build_engine(cfg, model, [0], 0, seed=0).model)

@@ -104,3 +104,33 @@ def test_draw_matches_the_distribution_and_never_picks_zero_mass():
     first = torch.bincount(x[0::2], minlength=4).double() / 20000
     assert first[1] == 0 and torch.all(x[1::2] == 3)
     torch.testing.assert_close(first, torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64), atol=0.015, rtol=0)
+
+
+def test_transposed_weights_same_values_layout_kept_by_load_weights(tiny_model_dir):
+    from rollwise.engine.hf import input_major, transpose_linear_weights
+
+    tok, model, _ = _setup(tiny_model_dir)
+    std = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, seed=0, transpose_weights=False)
+    tr = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, seed=0)  # auto: CPU fp32 -> on
+    assert input_major(tr.model) and not input_major(std.model) and not input_major(model)
+    for k, v in tr.model.state_dict().items():  # same values under the same names and shapes
+        torch.testing.assert_close(v, std.model.state_dict()[k], atol=0, rtol=0)
+    emb, head = tr.model.get_input_embeddings(), tr.model.get_output_embeddings()
+    assert (emb.weight is head.weight) == (model.get_input_embeddings().weight is model.get_output_embeddings().weight)
+    sd = {k: v * 1.01 for k, v in model.state_dict().items()}
+    for eng in (std, tr):
+        eng.load_weights(sd, version=1)
+    assert input_major(tr.model)  # the sync wrote the new values into the input-major copy
+    for k, v in tr.model.state_dict().items():
+        torch.testing.assert_close(v, sd[k], atol=0, rtol=0)
+    ids = torch.tensor([[5, 6, 7, 8], [9, 3, 2, 1]])
+    with torch.no_grad():  # equal up to the order fp32 products sum in
+        torch.testing.assert_close(tr.model(ids).logits, std.model(ids).logits, atol=1e-4, rtol=1e-4)
+    reqs = [GenerationRequest(tok("12+34=")["input_ids"], 10, greedy=True), GenerationRequest([5, 6, 7], 10, greedy=True)]
+    a, b = std.generate(reqs), tr.generate(reqs)
+    assert [o.response_ids for o in a] == [o.response_ids for o in b]
+    for x, y in zip(a, b):
+        torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=1e-4)
+    again = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, transpose_weights=False)
+    assert transpose_linear_weights(again.model) == len({id(m.weight) for m in again.model.modules()
+                                                         if isinstance(m, torch.nn.Linear)})

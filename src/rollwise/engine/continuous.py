@@ -266,8 +266,9 @@ class ContinuousEngine(HFEngine):
 
     def __init__(self, model: torch.nn.Module, eos_token_ids: list[int], pad_token_id: int,
                  dtype: torch.dtype = torch.bfloat16, batch_size: int = 64, top_p: float = 1.0, top_k: int = 0,
-                 seed: int = 0, num_slots: int | None = None, prefix_cache: int = 64, record_topk: int = 0):
-        super().__init__(model, eos_token_ids, pad_token_id, dtype, batch_size, top_p, top_k, seed)
+                 seed: int = 0, num_slots: int | None = None, prefix_cache: int = 64, record_topk: int = 0,
+                 transpose_weights: bool | None = None):
+        super().__init__(model, eos_token_ids, pad_token_id, dtype, batch_size, top_p, top_k, seed, transpose_weights)
         self.num_slots = num_slots or batch_size
         self.prefix_cache = prefix_cache
         self.record_topk = record_topk

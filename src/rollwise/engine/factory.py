@@ -33,5 +33,6 @@ def build_engine(cfg: Config, model: torch.nn.Module, eos_ids: list[int], pad_id
                           ro.vllm_gpu_memory_utilization, cfg.data.max_prompt_length + ro.max_completion_length)
     args = (model, eos_ids, pad_id, engine_dtype(cfg), ro.batch_size, ro.top_p, ro.top_k, seed)
     if ro.engine == "continuous":
-        return ContinuousEngine(*args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0)
-    return HFEngine(*args)
+        return ContinuousEngine(*args, num_slots=ro.num_slots, record_topk=ro.spec_topk if ro.speculative_reuse else 0,
+                                transpose_weights=ro.transpose_weights)
+    return HFEngine(*args, transpose_weights=ro.transpose_weights)

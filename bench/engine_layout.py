@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/engine_layout.py                  # decode steps by batch size, ~3 min
     .venv/bin/python bench/engine_layout.py --steps 4        # + the default job's planner steps, ~8 min more
+    .venv/bin/python bench/engine_layout.py --steps 6 --no-decode --checkpoint RUN/checkpoints/step_000040
+    .venv/bin/python bench/engine_layout.py --dtype bfloat16 --label bf16   # part 1 in bf16
 
 A linear layer computes y = x @ W.T with W stored [out, in]. Stored input-major (the transpose of
 a contiguous [in, out] tensor: same values, same shape), the product multiplies by a contiguous
@@ -12,11 +14,12 @@ process: milliseconds per decode step of the continuous engine at 1 to 64 sequen
 tokens, EOS ignored, 3 repetitions alternating the layouts, medians), the seconds of one weight
 sync (`load_weights`), and whether both layouts sampled the same tokens.
 
-Part 2 (`--steps N`): the default job (`rollwise train` with no arguments) with fixed base weights,
+Part 2 (`--steps N`): the default job (`rollwise train` with no arguments) with fixed weights (the
+base model's, or `--checkpoint`'s),
 N planner steps of `--strategy` (default adaptive; also uniform) per layout, each layout with its
 own planner and engine built from the same seed, alternating which goes first. Same layout-free
 results mean both sample the same tokens, so only the time may differ: generation seconds and
-tokens per second. Writes bench/out/engine_layout.json.
+tokens per second. Writes bench/out/engine_layout[_LABEL].json.
 """
 
 from __future__ import annotations
@@ -39,13 +42,14 @@ from rollwise.engine.hf import input_major
 from rollwise.loop import overlap_rounds, produce_batch, setup
 from rollwise.models import merged_state_dict
 from rollwise.planner import build_planner
+from rollwise.training.checkpoint import load_checkpoint_weights
 
 LAYOUTS = {"standard": False, "input-major": True}
 
 
-def decode_steps(run, sizes: list[int], reps: int) -> dict:
+def decode_steps(run, sizes: list[int], reps: int, dtype: torch.dtype) -> dict:
     eos = run.eos_ids
-    engines = {name: ContinuousEngine(run.model, eos, run.tokenizer.pad_token_id, dtype=torch.float32, batch_size=64,
+    engines = {name: ContinuousEngine(run.model, eos, run.tokenizer.pad_token_id, dtype=dtype, batch_size=64,
                                       transpose_weights=t) for name, t in LAYOUTS.items()}
     assert [input_major(e.model) for e in engines.values()] == [False, True]
     prompt = list(next(iter(run.ids_by_uid.values())))
@@ -76,7 +80,7 @@ def decode_steps(run, sizes: list[int], reps: int) -> dict:
             e.load_weights(sd, version=1)
             times.append(time.perf_counter() - t0)
         sync[name] = statistics.median(times)
-    print("decode step (continuous engine, fp32, 2 threads), median ms:")
+    print(f"decode step (continuous engine, {dtype}, 2 threads), median ms:")
     print(f"{'sequences':>9s} {'standard':>9s} {'input-major':>11s} {'speed-up':>8s}")
     rows = []
     for B in sizes:
@@ -88,7 +92,7 @@ def decode_steps(run, sizes: list[int], reps: int) -> dict:
     return {"decode": rows, "sync_s": sync, "same_tokens": same}
 
 
-def planner_steps(run, cfg, steps: int, strategy: str) -> dict:
+def planner_steps(run, cfg, steps: int, strategy: str, weights: str) -> dict:
     ro = cfg.rollout
     engines = {name: build_engine(cfg.model_copy(update={"rollout": ro.model_copy(update={"transpose_weights": t})}),
                                   run.model, run.eos_ids, run.tokenizer.pad_token_id, cfg.run.seed)
@@ -117,7 +121,7 @@ def planner_steps(run, cfg, steps: int, strategy: str) -> dict:
             print(f"step {step} {n:11s} gen {p.gen_s:6.1f} s, {p.tokens} tokens, {len(p.generated)} rollouts", flush=True)
         same &= got["standard"] == got["input-major"]
     s, t = tot["standard"], tot["input-major"]
-    print(f"\n{strategy}, {steps} steps, base weights:")
+    print(f"\n{strategy}, {steps} steps, weights: {weights}:")
     for n in LAYOUTS:
         x = tot[n]
         print(f"{n:11s} generation {x['gen_s']:6.1f} s, {x['tokens']:.0f} tokens, {x['tokens'] / x['gen_s']:6.1f} tokens/s, "
@@ -133,6 +137,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=0, help="default-job planner steps per layout (0: part 1 only)")
     ap.add_argument("--strategies", nargs="+", default=["adaptive", "uniform"])
+    ap.add_argument("--checkpoint", help="a checkpoint folder of a run of the default job (default: the base model)")
+    ap.add_argument("--no-decode", action="store_true", help="skip part 1")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="part 1's engine dtype")
+    ap.add_argument("--label", default="", help="suffix of the results file")
     args = ap.parse_args()
     torch.set_num_threads(2)
     out_dir = Path(tempfile.mkdtemp(prefix="layout-bench-"))
@@ -140,13 +148,18 @@ def main() -> None:
                                 "tensorboard": False, "torch_threads": 2},
                         "model": {"dtype": "float32"}, "eval": {"at_start": False, "at_end": False}})
     run = setup(cfg)
-    result = {"args": vars(args), "part1": decode_steps(run, args.sizes, args.reps)}
+    if args.checkpoint:
+        load_checkpoint_weights(Path(args.checkpoint), run.model)
+    result: dict = {"args": vars(args)}
+    if not args.no_decode:
+        result["part1"] = decode_steps(run, args.sizes, args.reps, getattr(torch, args.dtype))
     if args.steps:
-        result["part2"] = [planner_steps(run, cfg, args.steps, s) for s in args.strategies]
+        weights = args.checkpoint or "base model"
+        result["part2"] = [planner_steps(run, cfg, args.steps, s, weights) for s in args.strategies]
     run.runner.close()
     dest = Path("bench/out")
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "engine_layout.json").write_text(json.dumps(result, indent=1))
+    (dest / f"engine_layout{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -138,8 +138,8 @@ class RolloutConfig(_Section):
     transpose_weights: bool | None = Field(
         None, description="Store the engine's copy of the linear weights input-major ([in, out] in memory; same values, "
         "results equal up to fp32 rounding). On a CPU in float32 this takes MKL's faster path for products with few "
-        "rows: a decode step 1.4-1.5x faster at 4-32 sequences (0.9-1.1x at 1 and 64), adaptive's generation 1.49x "
-        "the tokens/s and uniform's 1.23x on the development machine (bench/engine_layout.py); each weight sync "
+        "rows: a decode step 1.4-1.5x faster at 4-32 sequences (0.9-1.1x at 1 and 64), adaptive's generation 1.30-1.49x "
+        "the tokens/s and uniform's 1.23-1.28x on the development machine (bench/engine_layout.py); each weight sync "
         "takes about 0.2 s more. Unset: on for the hf and continuous engines on a CPU in float32 (bf16 was measured "
         "no faster); true: always (hf and continuous engines); false: off.")
     num_slots: int | None = Field(None, gt=0, description="Sequences decoding together in the continuous engine "

@@ -117,10 +117,9 @@ def transpose_linear_weights(model: torch.nn.Module) -> int:
     `load_state_dict` and `copy_` keep the layout. Returns how many weights were changed."""
     done: set[int] = set()
     for mod in model.modules():
-        w = getattr(mod, "weight", None)
-        if isinstance(mod, torch.nn.Linear) and isinstance(w, torch.Tensor) and id(w) not in done:
-            done.add(id(w))
-            w.data = w.data.t().contiguous().t()
+        if isinstance(mod, torch.nn.Linear) and id(mod.weight) not in done:
+            done.add(id(mod.weight))
+            mod.weight.data = mod.weight.data.t().contiguous().t()
     return len(done)
 
 

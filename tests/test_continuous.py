@@ -254,3 +254,26 @@ def test_transposed_weights_decode_the_same(tiny_model_dir):
     assert [o.response_ids for o in a] == [o.response_ids for o in b]
     for x, y in zip(a, b):
         torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=1e-4)
+
+
+def test_prefix_cache_eviction_within_a_round_loses_no_entry(setup, varied):
+    """A round that prefills new prompts into a full prefix cache must still find the cached
+    prompts its other rows (fresh samples and resumed prefixes) rely on."""
+    tok, _, prompts = setup
+    eng = ContinuousEngine(varied, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=4,
+                           num_slots=4, prefix_cache=1)
+    ref = _engine(tok, varied, num_slots=4, batch_size=4)
+    eng.eos = ref.eos = set()
+    # fixed weights throughout: prompt 0 stays cached, a partial rollout of it waits to resume
+    done, pending = eng.run_round([GenerationRequest(prompts[0], 6, greedy=True, request_id=1)], token_budget=3)
+    assert not done and pending[0].prefix_ids and list(eng._prefix) == [tuple(prompts[0])]
+    reqs = [pending[0], GenerationRequest(prompts[0], 4, greedy=True, request_id=2),
+            GenerationRequest(prompts[1], 4, greedy=True, request_id=3),
+            GenerationRequest(prompts[2], 4, greedy=True, request_id=4)]
+    out = {o.request_id: o for o in eng.generate(reqs)}  # prompts 1 and 2 evict prompt 0 mid-prefill
+    want = {o.request_id: o for o in ref.generate([GenerationRequest(prompts[0], 6, greedy=True, request_id=1),
+                                                   *reqs[1:]])}
+    assert sorted(out) == [1, 2, 3, 4]
+    for k, o in out.items():
+        assert o.response_ids == want[k].response_ids, k
+    assert len(eng._prefix) == 1

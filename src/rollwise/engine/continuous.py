@@ -387,8 +387,10 @@ class ContinuousEngine(HFEngine):
         cache run in one forward, each once however many rows share it; the prefixes of resumed
         rows then run in a second forward on top of their prompt's KV."""
         ctxs = [r.context for r in rows]
-        bases = {tuple(r.req.prompt_ids) if r.req.prompt_ids else c for r, c in zip(rows, ctxs) if c not in self._prefix}
-        todo = [b for b in bases if b not in self._prefix]
+        # the cached entries this round reads, taken before remembering new prompts can evict them
+        known = {k: self._prefix[k] for k in {*ctxs, *(tuple(r.req.prompt_ids) for r in rows)} if k in self._prefix}
+        bases = {tuple(r.req.prompt_ids) if r.req.prompt_ids else c for r, c in zip(rows, ctxs) if c not in known}
+        todo = [b for b in bases if b not in known]
         fresh: dict[tuple[int, ...], _Entry] = {}
         if todo:
             L = max(len(c) for c in todo)
@@ -409,9 +411,9 @@ class ContinuousEngine(HFEngine):
                     self._remember(c, fresh[c])
             self.stats["prefill_calls"] += 1
             self.stats["prefill_tokens"] += int(attn.sum())
-        resumed = [(r, c) for r, c in zip(rows, ctxs) if c not in fresh and c not in self._prefix]
+        resumed = [(r, c) for r, c in zip(rows, ctxs) if c not in fresh and c not in known]
         if resumed:  # prefix on top of the prompt's KV
-            base = [fresh.get(tuple(r.req.prompt_ids)) or self._prefix[tuple(r.req.prompt_ids)] for r, _ in resumed]
+            base = [fresh.get(tuple(r.req.prompt_ids)) or known[tuple(r.req.prompt_ids)] for r, _ in resumed]
             kvs, hidden = self._extend(base, [r.tokens for r, _ in resumed])
             last = torch.stack([hidden[j, len(r.tokens) - 1] for j, (r, _) in enumerate(resumed)])  # [m, H]
             logits = self._head(last)  # [m, V]
@@ -422,8 +424,9 @@ class ContinuousEngine(HFEngine):
             if c in fresh:
                 out.append(fresh[c])
             else:
-                self._prefix.move_to_end(c)
-                out.append(self._prefix[c])
+                if c in self._prefix:
+                    self._prefix.move_to_end(c)
+                out.append(known[c])
                 self.stats["prefix_hits"] += 1
         return out
 

@@ -25,24 +25,20 @@ tokens per second. Writes bench/out/engine_layout[_LABEL].json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
+from fixed_weights import default_job, finish  # bench/fixed_weights.py
 
-from rollwise.config import build_config
 from rollwise.engine import GenerationRequest
 from rollwise.engine.continuous import ContinuousEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
 from rollwise.engine.hf import input_major
-from rollwise.loop import overlap_rounds, produce_batch, setup
+from rollwise.loop import overlap_rounds, produce_batch
 from rollwise.models import merged_state_dict
 from rollwise.planner import build_planner
-from rollwise.training.checkpoint import load_checkpoint_weights
 
 LAYOUTS = {"standard": False, "input-major": True}
 
@@ -142,24 +138,14 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="part 1's engine dtype")
     ap.add_argument("--label", default="", help="suffix of the results file")
     args = ap.parse_args()
-    torch.set_num_threads(2)
-    out_dir = Path(tempfile.mkdtemp(prefix="layout-bench-"))
-    cfg = build_config({"run": {"output_dir": str(out_dir), "name": "bench", "seed": 0, "progress": False,
-                                "tensorboard": False, "torch_threads": 2},
-                        "model": {"dtype": "float32"}, "eval": {"at_start": False, "at_end": False}})
-    run = setup(cfg)
-    if args.checkpoint:
-        load_checkpoint_weights(Path(args.checkpoint), run.model)
+    run, cfg = default_job("layout-bench-", args.checkpoint)
     result: dict = {"args": vars(args)}
     if not args.no_decode:
         result["part1"] = decode_steps(run, args.sizes, args.reps, getattr(torch, args.dtype))
     if args.steps:
         weights = args.checkpoint or "base model"
         result["part2"] = [planner_steps(run, cfg, args.steps, s, weights) for s in args.strategies]
-    run.runner.close()
-    dest = Path("bench/out")
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / f"engine_layout{'_' + args.label if args.label else ''}.json").write_text(json.dumps(result, indent=1))
+    finish(run, "engine_layout", args.label, result)
 
 
 if __name__ == "__main__":

@@ -246,3 +246,80 @@ def test_behaviour_logprobs_must_match_the_response(tiny_model_dir):
     samples[2].behaviour_logprobs = samples[2].behaviour_logprobs[:-1]
     with pytest.raises(ValueError, match="behaviour log-probs"):
         _grads(tiny_model_dir, [], copy.deepcopy(samples))
+
+
+# ---------------------------------------------------------------- shared prompt forward
+
+def _grouped_samples(seed=0):
+    """Groups of samples that share a prompt (lengths differ across groups: left padding), one
+    with an empty response, and a singleton group."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for uid, plen, rewards in (("a", 5, [1.0, 0.0, 0.0, 1.0]), ("b", 9, [1.0, 0.0, 1.0]), ("c", 3, [0.0, 1.0]),
+                               ("d", 4, [1.0])):
+        p = torch.randint(4, 90, (plen,), generator=g).tolist()
+        for j, r in enumerate(rewards):
+            rlen = 0 if (uid, j) == ("b", 1) else int(torch.randint(1, 8, (1,), generator=g))
+            resp = torch.randint(4, 90, (rlen,), generator=g).tolist()
+            out.append(Sample(uid, 0, p, resp, [0.0] * rlen, [0] * rlen, "stop", reward=r))
+    return out
+
+
+def test_shared_prompt_batch_gives_the_packed_logprobs_and_gradients(tiny_model_dir):
+    from rollwise.training.logprobs import pack_shared
+
+    samples = _grouped_samples()
+    prompts, responses = [s.prompt_ids for s in samples], [s.response_ids for s in samples]
+    shared = pack_shared(prompts, responses, 0)
+    assert shared.prompt_ids.shape[0] == 4 and shared.row_prompt.tolist() == [0] * 4 + [1] * 3 + [2] * 2 + [3]
+    results = []
+    for batch in (pack(prompts, responses, 0), shared):
+        torch.manual_seed(0)
+        model = load_model(str(tiny_model_dir))
+        model.train()
+        logp, ent = response_logprobs(model, batch, 0.7, 5, want_entropy=True)  # chunks cross rows
+        (logp.sum() + ent.sum()).backward()
+        results.append((logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (lp_a, en_a, g_a), (lp_b, en_b, g_b) = results
+    assert lp_a.shape == lp_b.shape == (10, max(len(r) for r in responses))
+    assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    assert_close(en_b, en_a, atol=1e-5, rtol=1e-5)
+    assert (lp_b[5] == 0).all() and samples[5].response_ids == []  # the empty response: nothing, not garbage
+    for n in g_a:
+        assert_close(g_b[n], g_a[n], atol=1e-5, rtol=1e-4, msg=n)
+
+
+def test_trainer_shares_prompts_with_the_same_update(tiny_model_dir, monkeypatch):
+    import rollwise.training.policy as policy
+
+    calls = []
+    real = policy.pack_shared
+    monkeypatch.setattr(policy, "pack_shared", lambda *a: calls.append(len(a[0])) or real(*a))
+    ov = ["train.micro_batch_size=4", NO_CLIP, "algo.beta=0.05"]  # beta: the reference forward shares too
+    g_on, m_on, _ = _grads(tiny_model_dir, ov, _grouped_samples())
+    # 9 rows (the empty response has nothing to train), ordered d, c c, a a a a, b b: micro-batches
+    # [d c c a] and [a a a b] repeat a prompt, the last [b] is one row and takes the plain layout
+    assert calls == [4, 4]
+    g_off, m_off, _ = _grads(tiny_model_dir, [*ov, "train.share_prompt_forward=false"], _grouped_samples())
+    assert len(calls) == 2
+    assert_close(torch.tensor(m_on["loss/policy"]), torch.tensor(m_off["loss/policy"]), atol=1e-6, rtol=1e-5)
+    assert_close(torch.tensor(m_on["loss/kl"]), torch.tensor(m_off["loss/kl"]), atol=1e-6, rtol=1e-5)
+    for n in g_off:
+        assert_close(g_on[n], g_off[n], atol=1e-6, rtol=1e-4, msg=n)
+    assert any(g.abs().sum() > 0 for g in g_on.values())
+
+
+def test_prompt_sharing_is_off_where_the_cache_cannot_be_shared(tiny_model_dir):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from rollwise.training.logprobs import shares_prompts
+
+    model = load_model(str(tiny_model_dir))
+    assert shares_prompts(model)
+    model.gradient_checkpointing_enable()  # turns the cache off in training
+    assert not shares_prompts(model)
+    small = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2}
+    assert not shares_prompts(MistralForCausalLM(MistralConfig(**small, sliding_window=4)))
+    cfg = load_config(None, ["model.dtype=float32"])
+    assert not PolicyTrainer(cfg, MistralForCausalLM(MistralConfig(**small, sliding_window=4)), pad_id=0).share_prompts

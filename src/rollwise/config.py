@@ -245,6 +245,12 @@ class TrainConfig(_Section):
     micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward (bounds memory).")
     logprob_chunk: int = Field(1024, gt=0, description="Tokens per chunk when gathering log-probs.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations to save memory.")
+    share_prompt_forward: bool = Field(
+        True, description="Run each distinct prompt of a micro-batch through the model once and let its samples' "
+        "responses attend to its keys and values, instead of one prompt+response sequence per sample. Same loss "
+        "and gradient up to float rounding, less work when prompts are long against responses; off where the "
+        "model's cache cannot be shared (sliding windows) or with gradient_checkpointing."
+    )
     skip_zero_advantage: bool = Field(
         True, description="Do not forward samples whose advantage is exactly 0 when nothing else needs them."
     )

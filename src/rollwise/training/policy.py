@@ -26,7 +26,7 @@ import torch
 from rollwise import algos
 from rollwise.config import Config
 from rollwise.models import compute_dtype
-from rollwise.training.logprobs import pack, response_logprobs
+from rollwise.training.logprobs import pack, pack_shared, response_logprobs, shares_prompts
 from rollwise.types import Sample
 
 
@@ -87,6 +87,17 @@ def _correction_options(a) -> dict:
     }.get(a.offpolicy_correction, {})
 
 
+def _order(rows: list[_Row]) -> list[_Row]:
+    """Rows of one prompt next to each other (so a micro-batch can run the prompt once), groups
+    ordered by their longest sequence to keep padding low; a group of one row sorts by its own
+    length, as every row did before prompts were shared."""
+    groups: dict[tuple[int, ...], list[_Row]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r.sample.prompt_ids), []).append(r)
+    ordered = sorted(groups.items(), key=lambda kv: len(kv[0]) + max(r.sample.num_response_tokens for r in kv[1]))
+    return [r for _, g in ordered for r in g]
+
+
 class PolicyTrainer:
     def __init__(self, cfg: Config, model: torch.nn.Module, pad_id: int):
         self.cfg = cfg
@@ -110,6 +121,7 @@ class PolicyTrainer:
                 p.requires_grad_(False)
         if t.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable()
+        self.share_prompts = t.share_prompt_forward and shares_prompts(model)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and scheduler state (the weights are checkpointed separately)."""
@@ -167,8 +179,7 @@ class PolicyTrainer:
         num_sequences = len(rows)
         num_tokens = sum(r.mask_len for r in rows)
         needs_all = a.beta > 0 or a.entropy_coef > 0 or not cfg.train.skip_zero_advantage
-        active = [r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)]
-        active.sort(key=lambda r: len(r.sample.prompt_ids) + r.sample.num_response_tokens)
+        active = _order([r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)])
         mb = cfg.train.micro_batch_size
         micro = [active[i : i + mb] for i in range(0, len(active), mb)]
         loss_fn = algos.get_policy_loss(a.policy_loss)
@@ -184,8 +195,10 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             total_loss = 0.0
             for mi, rws in enumerate(micro):
-                batch = pack([r.sample.prompt_ids for r in rws], [r.sample.response_ids for r in rws],
-                             self.pad_id).to(self.device)
+                prompts = [r.sample.prompt_ids for r in rws]
+                shared = self.share_prompts and len({tuple(p) for p in prompts}) < len(prompts)
+                batch = (pack_shared if shared else pack)(prompts, [r.sample.response_ids for r in rws],
+                                                          self.pad_id).to(self.device)
                 mask = batch.response_mask.clone()  # [b, R]
                 for b, r in enumerate(rws):
                     if r.mask_len == 0:

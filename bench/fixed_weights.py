@@ -1,0 +1,38 @@
+"""The default job (`rollwise train` with no arguments) set up at fixed weights, for benchmarks
+that compare two ways of doing one thing side by side in one process."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rollwise.config import build_config
+from rollwise.loop import setup
+from rollwise.models import merged_state_dict
+from rollwise.training.checkpoint import load_checkpoint_weights
+
+
+def default_job(prefix: str, checkpoint: str | None = None):
+    """(run, cfg) of the default job in fp32 on 2 threads, seed 0, no evaluation, in a temporary
+    folder; the weights are the base model's or `checkpoint`'s, in the trainer and the engine."""
+    torch.set_num_threads(2)
+    out_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    cfg = build_config({"run": {"output_dir": str(out_dir), "name": "bench", "seed": 0, "progress": False,
+                                "tensorboard": False, "torch_threads": 2},
+                        "model": {"dtype": "float32"}, "eval": {"at_start": False, "at_end": False}})
+    run = setup(cfg)
+    if checkpoint:
+        load_checkpoint_weights(Path(checkpoint), run.model)
+        run.engine.load_weights(merged_state_dict(run.model), version=0)
+    return run, cfg
+
+
+def finish(run, name: str, label: str, result: dict) -> None:
+    """Stop the reward worker and write bench/out/NAME[_LABEL].json."""
+    run.runner.close()
+    dest = Path("bench/out")
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / f"{name}{'_' + label if label else ''}.json").write_text(json.dumps(result, indent=1))

@@ -7,7 +7,7 @@ from torch.testing import assert_close
 
 from rollwise.algos import OFFPOLICY_CORRECTIONS, aggregate_loss, ppo_clip_loss
 from rollwise.config import load_config
-from rollwise.models import load_model
+from rollwise.models import apply_lora, load_model
 from rollwise.training.logprobs import pack, response_logprobs
 from rollwise.training.policy import PolicyTrainer, lr_lambda
 from rollwise.types import Sample
@@ -318,6 +318,11 @@ def test_prompt_sharing_is_off_where_the_cache_cannot_be_shared(tiny_model_dir):
     assert shares_prompts(model)
     model.gradient_checkpointing_enable()  # turns the cache off in training
     assert not shares_prompts(model)
+    cfg = load_config(None, ["model.dtype=float32", "model.lora.enabled=true", "model.lora.r=4"])
+    lora = apply_lora(load_model(str(tiny_model_dir)), cfg.model)
+    assert shares_prompts(lora)
+    lora.gradient_checkpointing_enable()  # the flag lives on the wrapped model
+    assert not shares_prompts(lora)
     small = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "num_key_value_heads": 2}
     assert not shares_prompts(MistralForCausalLM(MistralConfig(**small, sliding_window=4)))

@@ -108,9 +108,10 @@ def shares_prompts(model: torch.nn.Module) -> bool:
     """Whether `pack_shared` batches work with this model: its decoder returns a cache of plain
     dynamic layers (no sliding windows, no custom cache) and no gradient checkpointing (which
     turns the cache off in training)."""
-    name = "is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing") else \
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: the wrapped model
+    name = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else \
         "is_gradient_checkpointing"  # renamed in transformers 5.x
-    if getattr(model, name, False):
+    if getattr(base, name, False):
         return False
     decoder, _ = _decoder_and_head(model)
     try:

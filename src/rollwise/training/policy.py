@@ -87,15 +87,18 @@ def _correction_options(a) -> dict:
     }.get(a.offpolicy_correction, {})
 
 
+def _length(r: _Row) -> int:
+    return len(r.sample.prompt_ids) + r.sample.num_response_tokens
+
+
 def _order(rows: list[_Row]) -> list[_Row]:
     """Rows of one prompt next to each other (so a micro-batch can run the prompt once), groups
-    ordered by their longest sequence to keep padding low; a group of one row sorts by its own
-    length, as every row did before prompts were shared."""
+    ordered by their longest sequence to keep padding low; with every prompt distinct this is
+    the per-sample layout's order (by length)."""
     groups: dict[tuple[int, ...], list[_Row]] = {}
     for r in rows:
         groups.setdefault(tuple(r.sample.prompt_ids), []).append(r)
-    ordered = sorted(groups.items(), key=lambda kv: len(kv[0]) + max(r.sample.num_response_tokens for r in kv[1]))
-    return [r for _, g in ordered for r in g]
+    return [r for g in sorted(groups.values(), key=lambda g: max(_length(r) for r in g)) for r in g]
 
 
 class PolicyTrainer:
@@ -179,7 +182,8 @@ class PolicyTrainer:
         num_sequences = len(rows)
         num_tokens = sum(r.mask_len for r in rows)
         needs_all = a.beta > 0 or a.entropy_coef > 0 or not cfg.train.skip_zero_advantage
-        active = _order([r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)])
+        active = [r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)]
+        active = _order(active) if self.share_prompts else sorted(active, key=_length)
         mb = cfg.train.micro_batch_size
         micro = [active[i : i + mb] for i in range(0, len(active), mb)]
         loss_fn = algos.get_policy_loss(a.policy_loss)

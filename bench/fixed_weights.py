@@ -15,14 +15,15 @@ from rollwise.models import merged_state_dict
 from rollwise.training.checkpoint import load_checkpoint_weights
 
 
-def default_job(prefix: str, checkpoint: str | None = None):
-    """(run, cfg) of the default job in fp32 on 2 threads, seed 0, no evaluation, in a temporary
-    folder; the weights are the base model's or `checkpoint`'s, in the trainer and the engine."""
+def default_job(prefix: str, checkpoint: str | None = None, dtype: str = "float32"):
+    """(run, cfg) of the default job in `dtype` (a `model.dtype` name) on 2 threads, seed 0, no
+    evaluation, in a temporary folder; the weights are the base model's or `checkpoint`'s, in the
+    trainer and the engine."""
     torch.set_num_threads(2)
     out_dir = Path(tempfile.mkdtemp(prefix=prefix))
     cfg = build_config({"run": {"output_dir": str(out_dir), "name": "bench", "seed": 0, "progress": False,
                                 "tensorboard": False, "torch_threads": 2},
-                        "model": {"dtype": "float32"}, "eval": {"at_start": False, "at_end": False}})
+                        "model": {"dtype": dtype}, "eval": {"at_start": False, "at_end": False}})
     run = setup(cfg)
     if checkpoint:
         load_checkpoint_weights(Path(checkpoint), run.model)

@@ -277,3 +277,16 @@ def test_prefix_cache_eviction_within_a_round_loses_no_entry(setup, varied):
     for k, o in out.items():
         assert o.response_ids == want[k].response_ids, k
     assert len(eng._prefix) == 1
+
+
+@pytest.mark.parametrize("engine_cls", [HFEngine, ContinuousEngine])
+def test_lm_head_gets_a_contiguous_input(setup, engine_cls):
+    """A prefill hands the head a strided view of its last positions; torch's CPU linear on such a
+    view was 570x slower in bf16 with 3.5 GB of transient memory, so the engine copies it first."""
+    tok, model, prompts = setup
+    eng = engine_cls(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=4, seed=0)
+    seen = []
+    eng.model.get_output_embeddings().register_forward_pre_hook(lambda m, args: seen.append(args[0].is_contiguous()))
+    out = eng.generate([GenerationRequest(p, 4, greedy=True) for p in prompts])
+    assert len(out) == len(prompts) and len(seen) > 2
+    assert all(seen)

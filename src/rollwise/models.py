@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import shutil
 import tempfile
@@ -63,6 +64,12 @@ def slow_dtype_warning(name: str, device: str = "cpu") -> str | None:
         return (f"model.dtype={name} on a CPU without bf16 instructions (no AVX512_BF16/AMX): every matmul is "
                 "emulated and training can be 2-30x slower than float32; use model.dtype=auto (float32 here)")
     return None
+
+
+def cache_arg(module: torch.nn.Module) -> str:
+    """The name of `module`'s KV-cache argument and output: transformers >= 5.2x renamed
+    `past_key_values` to `cache`; support both."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
 
 
 class ModelError(RuntimeError):

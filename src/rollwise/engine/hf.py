@@ -9,12 +9,12 @@ fp32 that copy stores its linear weights input-major (`transpose_linear_weights`
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from rollwise.models import cache_arg
 from rollwise.types import FinishReason
 
 
@@ -131,8 +131,8 @@ def _contiguous_args(module: torch.nn.Module, args: tuple) -> tuple | None:
 def contiguous_head_input(model: torch.nn.Module) -> None:
     """Make the LM head's input contiguous. With `logits_to_keep=1` transformers hands the head the
     last position of the prefill's hidden states, a strided view [n, 1, H]; on a CPU torch's linear
-    on such a view ran 570x slower in bf16 (5.0 s and 3.5 GB transient memory for 64 prompts of 53
-    tokens, against 8.7 ms after a copy) and 7x slower in fp32 (bench/RESULTS.md)."""
+    on such a view took 4.8-5.0 s and 3.5 GB of transient memory in bf16 for 64 prompts of 53 tokens,
+    against 6-7 ms after a copy, and 6.5x the time in fp32 (bench/head_input.py, bench/RESULTS.md)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if isinstance(head, torch.nn.Module):
         head.register_forward_pre_hook(_contiguous_args)
@@ -178,9 +178,7 @@ class HFEngine:
         self.top_k = top_k
         self.version = 0
         self.generator = torch.Generator().manual_seed(seed)
-        # transformers >= 5.2x renamed `past_key_values` to `cache`; support both.
-        params = inspect.signature(self.model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_arg(self.model)
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:

@@ -13,12 +13,13 @@ long against responses (train.share_prompt_forward).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from rollwise.models import cache_arg
 
 
 @dataclass
@@ -92,11 +93,6 @@ def pack_shared(prompts: list[list[int]], responses: list[list[int]], pad_id: in
     return SharedPromptBatch(pids, pmask, torch.tensor(row_prompt, dtype=torch.long), rids, rmask)
 
 
-def _cache_name(decoder: torch.nn.Module) -> str:
-    """transformers >= 5.2x renamed `past_key_values` to `cache` (argument and output); support both."""
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
-
-
 def _plain_layers(cache: Any) -> bool:
     from transformers.cache_utils import DynamicLayer
 
@@ -120,7 +116,7 @@ def shares_prompts(model: torch.nn.Module) -> bool:
             out = decoder(input_ids=ids, use_cache=True)
     except Exception:  # noqa: BLE001 - any failure means: use the plain layout
         return False
-    return _plain_layers(getattr(out, _cache_name(decoder), None))
+    return _plain_layers(getattr(out, cache_arg(decoder), None))
 
 
 def _shared_hidden(decoder: torch.nn.Module, batch: SharedPromptBatch) -> torch.Tensor:
@@ -128,7 +124,7 @@ def _shared_hidden(decoder: torch.nn.Module, batch: SharedPromptBatch) -> torch.
     pmask, rows = batch.prompt_mask, batch.row_prompt
     ppos = (pmask.cumsum(-1) - 1).clamp(min=0)
     out = decoder(input_ids=batch.prompt_ids, attention_mask=pmask, position_ids=ppos, use_cache=True)
-    name = _cache_name(decoder)
+    name = cache_arg(decoder)
     cache = getattr(out, name)
     if not _plain_layers(cache):
         raise RuntimeError("train.share_prompt_forward: this model's cache cannot be shared between rows; "

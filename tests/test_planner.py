@@ -520,3 +520,85 @@ def test_streamed_growth_leaves_the_budget_that_probes_still_out_may_need() -> N
     pl.begin_step(0)
     pl._st.budget = 10
     assert [(q.uid, q.n) for q in pl.observe([GroupResult("b", [0.0, 1.0, 0.0, 1.0], [10] * 4)])] == [("b", 2)]
+
+
+def screen_variant(budget: int, **kw) -> object:
+    pl = make("uniform", uids=["a", "b", "c", "d"], pps=4, n=4, estimator="beta", allocator="screen",
+              budget_rollouts=budget, **kw)
+    for uid, s in (("a", 0), ("b", 20), ("c", 40)):  # as screen_planner: hopeless, mixed, solved; d unseen
+        pl.estimator.update(pl.index[uid], s, 40)
+    return pl
+
+
+def screen_reward(u: str, r: int, k: int) -> float:
+    return {"a": float(r == 0 and k == 0), "b": float(k % 2), "c": 1.0, "d": 0.0}[u]
+
+
+def test_screen_eager_growth_asks_in_one_request_what_stages_ask_in_two_rounds() -> None:
+    # a's probe [1, 0] is already informative: its top-up (2) and its growth to 2n = 8 (4 more)
+    # come in one request; b's mixed full group grows from 4 to 8 at once. Same allocation as
+    # the staged rounds of test_screen_probes_confident_extremes_and_grows_informative_groups.
+    pl = screen_variant(100, screen_growth="eager")
+    rounds, out = run_step(pl, screen_reward)
+    assert [sorted(rr) for rr in rounds] == [[("a", 2), ("b", 4), ("c", 2), ("d", 2)], [("a", 6), ("b", 4)]]
+    assert sorted(out.train) == ["a", "b", "c", "d"]
+    assert pl.metrics()["planner/samples_per_prompt"] == [2, 2, 8, 8]
+
+
+def test_screen_eager_growth_takes_what_the_budget_leaves() -> None:
+    # budget 15: three prompts (15 // 4) spend 8; a's top-up (2) and growth (4) come first, then
+    # b gets the 1 rollout left of its 4 of growth; no round after that has budget left
+    rounds, _ = run_step(screen_variant(15, screen_growth="eager"), screen_reward)
+    assert rounds[1:] == [[("a", 6), ("b", 1)]]
+    assert sum(n for rr in rounds for _, n in rr) == 15
+
+
+def test_screen_eager_growth_stops_at_the_tasks_share() -> None:
+    # as test_screen_stratify_rollouts_caps_each_tasks_growth_at_its_share: x's share is 16 of
+    # 32; x:1 grows by the 8 left of it (of the 12 it could), x:2 by none (of 12)
+    uids = ["x:1", "x:2", "y:1", "y:2"]
+    pl = make("uniform", uids=uids, pps=4, n=4, estimator="beta", allocator="screen", budget_rollouts=32,
+              max_samples_per_prompt=16, stratify_rollouts=True, screen_growth="eager")
+    for u in uids:
+        pl.estimator.update(pl.index[u], 20, 40)
+    rounds, _ = run_step(pl, lambda u, r, k: float(u.startswith("x") and k % 2 == 1))
+    assert rounds[1:] == [[("x:1", 8)]]
+    assert pl.metrics()["planner/growth_capped"] == 4.0 + 12.0
+
+
+def test_screen_next_step_rolls_a_surprising_probe_out_in_full_next_step() -> None:
+    pl = screen_variant(100, screen_followup="next_step")
+    assert not pl.follows_up  # nothing to overlap: every step is one round
+    rounds, out = run_step(pl, screen_reward)
+    assert [sorted(rr) for rr in rounds] == [[("a", 2), ("b", 4), ("c", 2), ("d", 2)]]  # one round
+    assert sorted(out.train) == ["a", "b", "c", "d"]
+    # a surprised its belief (a correct answer on a prompt believed hopeless); c and d agreed
+    state = json.loads(json.dumps(pl.state_dict()))
+    resumed = screen_variant(100, screen_followup="next_step")
+    resumed.load_state_dict(state)
+    for p in (pl, resumed):
+        reqs = p.begin_step(1)
+        assert (reqs[0].uid, reqs[0].n) == ("a", 4)  # first, and a full group despite its belief
+        assert [q.uid for q in reqs].count("a") == 1
+        p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+        p.end_step()
+        assert p.metrics()["planner/carried"] == 1.0
+    assert pl.state_dict() == resumed.state_dict()
+
+
+def test_screen_options_with_another_allocator_are_an_error() -> None:
+    with pytest.raises(ValueError, match="screen_followup=next_step applies to the screen allocator only"):
+        make("uniform", screen_followup="next_step")
+    with pytest.raises(ValueError, match="screen_growth=eager applies to the screen allocator only"):
+        make("mopps", screen_growth="eager")
+
+
+def test_screen_next_step_carries_only_what_the_budget_holds() -> None:
+    pl = screen_variant(8, screen_followup="next_step")  # 2 full groups of 4
+    pl.allocator.pending = ["c", "a", "d"]
+    reqs = pl.begin_step(0)
+    assert [(q.uid, q.n) for q in reqs] == [("c", 4), ("a", 4)]  # oldest first; d waits
+    pl.observe([GroupResult(q.uid, [1.0] * q.n, [10] * q.n) for q in reqs])
+    pl.end_step()
+    assert pl.metrics()["planner/carried"] == 2.0
+    assert [(q.uid, q.n) for q in pl.begin_step(1)][0] == ("d", 4)

@@ -353,6 +353,15 @@ class PlannerConfig(_Section):
         0.3, ge=0, le=1, description="Screen allocator: probe a prompt first when its belief gives P(all samples "
         "equal) at least this."
     )
+    screen_growth: Literal["stages", "eager"] = Field(
+        "stages", description="Screen allocator: an informative group grows by num_generations/2 per round up to "
+        "max_samples_per_prompt (stages), or in one request as far as the budget allows, a probe that is already "
+        "informative together with its top-up (eager: fewer dependent rounds, the same rule)."
+    )
+    screen_followup: Literal["same_step", "next_step"] = Field(
+        "same_step", description="Screen allocator: a surprising probe is topped up to a full group in the same "
+        "step (same_step), or rolled out in full in the next step, so that every step is one round (next_step)."
+    )
     dars_schedule: Literal["et", "hw"] = Field(
         "et", description="DARS: extra-rollout schedule, et (equal treatment) or hw (hardness weighted)."
     )

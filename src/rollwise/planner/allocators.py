@@ -38,6 +38,7 @@ class Allocator:
     # be asked whenever any group finishes while others still run (rollout.overlap_rounds). A
     # subclass that overrides `more` must say so; one that does not has nothing to decide.
     per_group = False
+    asks_more = True  # False when an instance never asks for more (its `more` always returns [])
     ema = 0.2
 
     def __init__(self, cfg: Any, n: int):
@@ -52,6 +53,11 @@ class Allocator:
         return [self.n] * len(uids)
 
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        return []
+
+    def carried(self, budget: int) -> list[str]:
+        """Prompts this allocator asks to roll out this step, within `budget` rollouts, before the
+        selector chooses the rest."""
         return []
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
@@ -228,6 +234,10 @@ class ScreenAllocator(Allocator):
         self.stage = max(1, n // 2)
         self.believed_easy: dict[str, bool] = {}
         self.capped: dict[str, int] = {}  # uid -> growth refused this step by stratify_rollouts (once per group)
+        self.deferred = cfg.screen_followup == "next_step"
+        self.asks_more = not self.deferred
+        self.pending: list[str] = []  # next_step: surprising probes, rolled out in full next step
+        self.carried_now: list[str] = []
 
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
         idx = pl.indices(uids)
@@ -235,8 +245,9 @@ class ScreenAllocator(Allocator):
         same = pl.estimator.expect(idx, lambda p: p**n + (1 - p) ** n, pl.rng)
         means = pl.estimator.mean(idx)
         out = []
+        pending = set(self.carried_now)
         for uid, s, m in zip(uids, same, means):
-            if s >= self.threshold and self.probe < n:
+            if s >= self.threshold and self.probe < n and uid not in pending:
                 self.believed_easy[uid] = bool(m > 0.5)
                 out.append(self.probe)
             else:
@@ -247,18 +258,27 @@ class ScreenAllocator(Allocator):
         easy = self.believed_easy.get(g.uid, False)
         return g.informative or (g.successes < g.n if easy else g.successes > 0)
 
+    def carried(self, budget: int) -> list[str]:
+        """next_step: the surprising probes of earlier steps, oldest first, as many full groups as
+        the budget holds; the rest wait for a later step."""
+        self.carried_now = self.pending[: budget // self.n]
+        return list(self.carried_now)
+
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
+        if self.deferred:
+            return []
         left = st.budget - st.used_rollouts
         stratify = self.cfg.stratify_rollouts
+        eager = self.cfg.screen_growth == "eager"
         cap, used = self._task_caps(st) if stratify else ({}, {})
         settled = [g for g in st.groups.values() if not g.outstanding]  # samples out: decided when back
-        out: list[Request] = []
+        asked: dict[str, int] = {}
         # top-ups first: a surprising probe's one chance comes before growing any group
         for g in settled:
             if g.uid in self.believed_easy and g.n < self.n and g.rounds == 1 and self.surprised(g):
                 add = self.n - g.n
                 if add <= left:
-                    out.append(Request(g.uid, add))
+                    asked[g.uid] = add
                     left -= add
                     if stratify:
                         used[task_of(g.uid)] += add
@@ -267,17 +287,27 @@ class ScreenAllocator(Allocator):
                       if g.outstanding and g.rounds == 0 and g.uid in self.believed_easy and g.requested < self.n
                       ) if pl.overlapped else 0
         for g in settled:
-            if not (g.n >= self.n and g.informative):
+            # eager: a probe that is already informative grows with its top-up, in the same request
+            size = g.n + asked.get(g.uid, 0) if eager else g.n
+            if not (size >= self.n and g.informative):
                 continue
-            add, t = min(self.stage, self.max_n - g.n), task_of(g.uid) if stratify else ""
-            if stratify and used[t] + add > cap[t]:  # growth stops at the task's share
+            add, t = min(self.max_n - g.n if eager else self.stage, self.max_n - size), task_of(g.uid) if stratify else ""
+            if eager:  # as much of the growth as the budget and the task's share allow
+                room = int(cap[t] - used[t]) if stratify else add
+                grant = max(0, min(add, left - reserve, room))
+                if stratify and room < add:
+                    self.capped.setdefault(g.uid, add - max(room, 0))
+            elif stratify and used[t] + add > cap[t]:  # growth stops at the task's share
                 self.capped.setdefault(g.uid, add)
-            elif 0 < add <= left - reserve:
-                out.append(Request(g.uid, add))
-                left -= add
+                grant = 0
+            else:
+                grant = add if 0 < add <= left - reserve else 0
+            if grant > 0:
+                asked[g.uid] = asked.get(g.uid, 0) + grant
+                left -= grant
                 if stratify:
-                    used[t] += add
-        return out
+                    used[t] += grant
+        return [Request(uid, k) for uid, k in asked.items()]
 
     @staticmethod
     def _task_caps(st: StepState) -> tuple[dict[str, float], dict[str, int]]:
@@ -292,12 +322,28 @@ class ScreenAllocator(Allocator):
         return {t: st.budget * c / total for t, c in count.items()}, used
 
     def metrics(self) -> dict[str, float]:
-        return {"planner/growth_capped": float(sum(self.capped.values()))} if self.cfg.stratify_rollouts else {}
+        m = {"planner/growth_capped": float(sum(self.capped.values()))} if self.cfg.stratify_rollouts else {}
+        if self.deferred:
+            m["planner/carried"] = float(len(self.carried_now))
+        return m
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+        if self.deferred:
+            waiting = self.pending[len(self.carried_now):]
+            new = [g.uid for g in st.groups.values()
+                   if g.uid in self.believed_easy and g.n < self.n and self.surprised(g)]
+            self.pending = waiting + [u for u in new if u not in set(waiting)]
+            self.carried_now = []
         self.believed_easy.clear()
         self.capped.clear()
         self._track_cost(st)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "pending": list(self.pending)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.pending = list(state.get("pending", []))
 
 
 ALLOCATORS: dict[str, type[Allocator]] = {

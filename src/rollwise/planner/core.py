@@ -101,14 +101,17 @@ class ComposedPlanner:
     @property
     def follows_up(self) -> bool:
         """Whether `observe` can ask for more at all (an allocator or selector with extra rounds)."""
-        return follows_up(type(self.allocator), Allocator) or follows_up(type(self.selector), Selector)
+        return ((follows_up(type(self.allocator), Allocator) and self.allocator.asks_more)
+                or follows_up(type(self.selector), Selector))
 
     def begin_step(self, step: int) -> list[Request]:
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
         self._st = st
-        uids = self.selector.select(self, self.allocator.prompts_for(budget), st)
-        return self._request(uids, st)
+        k = self.allocator.prompts_for(budget)
+        first = self._request([u for u in self.allocator.carried(budget) if u in self.index], st)
+        uids = self.selector.select(self, max(0, k - len(first)), st) if k > len(first) else []
+        return first + self._request(uids, st)
 
     def _request(self, uids: list[str], st: StepState) -> list[Request]:
         if not uids:

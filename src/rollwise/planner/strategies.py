@@ -84,7 +84,12 @@ def make_planner(
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
                         stratify)
-    alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
+    alloc_name = cfg.allocator or preset["allocator"]
+    for key, default in (("screen_growth", "stages"), ("screen_followup", "same_step")):
+        if alloc_name != "screen" and getattr(cfg, key) != default:
+            raise ValueError(f"planner.{key}={getattr(cfg, key)} applies to the screen allocator only; strategy "
+                             f"'{cfg.strategy}' uses allocator '{alloc_name}' (set planner.allocator=screen, or drop {key})")
+    alloc = make_allocator(alloc_name, cfg, num_generations)
     rep = make_repair(cfg.repair or preset["repair"], size)
     filt = preset.get("filter", False) if cfg.filter_zero_variance is None else cfg.filter_zero_variance
     return ComposedPlanner(

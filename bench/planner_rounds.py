@@ -24,6 +24,8 @@ bench/out/planner_rounds[_LABEL].json.
 from __future__ import annotations
 
 import argparse
+import copy
+import time
 
 from fixed_weights import default_job, finish  # bench/fixed_weights.py
 
@@ -32,6 +34,7 @@ from rollwise.engine.factory import build_engine
 from rollwise.loop import overlap_rounds, produce_batch
 from rollwise.planner import build_planner
 from rollwise.sim.command import parse_strategy
+from rollwise.training.policy import PolicyTrainer
 
 
 def main() -> None:
@@ -41,6 +44,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--checkpoint", help="a checkpoint folder of a run of the default job (default: the base model)")
     ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--train", action="store_true",
+                    help="also time one training update on each batch (one trainer for all variants, after an "
+                         "untimed warm-up update; the time depends on the batch's shapes, not on the weights)")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
     run, cfg = default_job("planner-rounds-", args.checkpoint, dtype=args.dtype)
@@ -55,7 +61,9 @@ def main() -> None:
         planner = build_planner(pcfg, list(run.ids_by_uid), ro.prompts_per_step, ro.num_generations,
                                 ro.max_completion_length, cfg.run.seed)
         setups[v] = (engine, planner, RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature))
-    keys = ("gen_s", "rollouts", "tokens", "decode_calls", "decode_tokens", "depth", "effective")
+    trainer = PolicyTrainer(cfg, copy.deepcopy(run.model), run.tokenizer.pad_token_id) if args.train else None
+    warm = trainer is None
+    keys = ("gen_s", "rollouts", "tokens", "decode_calls", "decode_tokens", "depth", "effective", "train_s", "trained")
     tot = {v: dict.fromkeys(keys, 0.0) for v in args.variants}
     for step in range(args.steps):
         for v in (args.variants if step % 2 == 0 else args.variants[::-1]):
@@ -72,17 +80,27 @@ def main() -> None:
             t["decode_tokens"] += engine.stats["decode_tokens"] - s0["decode_tokens"]
             t["depth"] += m.get("planner/depth", 1.0) / args.steps
             t["effective"] += m.get("planner/effective_ratio", 0.0) / args.steps
+            if trainer is not None:
+                b = copy.deepcopy(p.batch)
+                trainer.compute_advantages(b)
+                if not warm:  # untimed warm-up: the optimizer's state, the allocator's first growth
+                    trainer.update(copy.deepcopy(b))
+                    warm = True
+                t0 = time.perf_counter()
+                out = trainer.update(b)
+                t["train_s"] += time.perf_counter() - t0
+                t["trained"] += out.get("train/forwarded_sequences", 0.0)
             print(f"step {step} {v}: generation {p.gen_s:.1f} s, {len(p.generated)} rollouts, {p.tokens} tokens, "
                   f"{engine.stats['decode_calls'] - s0['decode_calls']:.0f} decode steps", flush=True)
     weights = args.checkpoint or "base model"
     print(f"\n{args.steps} steps, weights: {weights}, {args.dtype}")
     print(f"{'variant':40s} {'gen s':>6s} {'rollouts':>8s} {'tokens':>7s} {'decode':>6s} {'seq/dec':>7s} "
-          f"{'tok/s':>6s} {'depth':>5s} {'eff':>5s}")
+          f"{'tok/s':>6s} {'depth':>5s} {'eff':>5s}" + (f" {'train s':>7s} {'fwd seq':>7s}" if trainer else ""))
     for v, t in tot.items():
         t["tokens_per_s"] = t["tokens"] / t["gen_s"]
         print(f"{v:40s} {t['gen_s']:6.1f} {t['rollouts']:8.0f} {t['tokens']:7.0f} {t['decode_calls']:6.0f} "
               f"{t['decode_tokens'] / max(t['decode_calls'], 1):7.1f} {t['tokens_per_s']:6.0f} {t['depth']:5.2f} "
-              f"{t['effective']:5.2f}")
+              f"{t['effective']:5.2f}" + (f" {t['train_s']:7.1f} {t['trained']:7.0f}" if trainer else ""))
     finish(run, "planner_rounds", args.label, {"args": vars(args), "totals": tot})
 
 

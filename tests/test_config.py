@@ -1,6 +1,6 @@
 import pytest
 
-from rollwise.config import ConfigError, describe_fields, load_config, parse_overrides
+from rollwise.config import ConfigError, build_config, describe_fields, load_config, parse_overrides
 
 
 def test_defaults_are_valid():
@@ -212,3 +212,10 @@ def test_transpose_weights_is_refused_for_vllm_and_reaches_the_engine(tiny_model
             assert input_major(build_engine(cfg, model, [0], 0, seed=0).model) is expect, (engine, setting)
     cfg = load_config(overrides=["rollout.engine_dtype=bfloat16"])  # unset in bf16: off (measured no faster)
     assert not input_major(build_engine(cfg, model, [0], 0, seed=0).model)
+
+
+def test_screen_allocator_options_with_another_allocator_are_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="screen_followup=next_step applies to the screen allocator only"):
+        build_config({"planner": {"strategy": "uniform", "screen_followup": "next_step"}})
+    cfg = build_config({"planner": {"strategy": "mopps", "allocator": "screen", "screen_growth": "eager"}})
+    assert cfg.planner.screen_growth == "eager"

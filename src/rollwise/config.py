@@ -434,6 +434,11 @@ class Config(_Section):
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
         if a.icepop_low > a.icepop_high:
             raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
+        from rollwise.planner.strategies import screen_only_options, whole_round_parts  # no config import there
+
+        why = screen_only_options(self.planner)
+        if why:
+            raise ValueError(why)
         r = self.rollout
         for flag in ("partial_rollouts", "speculative_reuse"):
             if getattr(r, flag) and r.engine != "continuous":
@@ -447,8 +452,6 @@ class Config(_Section):
             if why:
                 raise ValueError(f"rollout.overlap_rounds=true needs the continuous or vllm engine in the synchronous "
                                  f"loop without partial rollouts; this config has {why}. Leave overlap_rounds unset.")
-            from rollwise.planner.strategies import whole_round_parts  # planner parts need no config import
-
             parts = whole_round_parts(self.planner)
             if parts:
                 raise ValueError(f"rollout.overlap_rounds=true: planner.strategy={self.planner.strategy} uses "

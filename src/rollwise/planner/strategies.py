@@ -63,6 +63,16 @@ def whole_round_parts(cfg: Any) -> list[str]:
                   else [])
 
 
+def screen_only_options(cfg: Any) -> str:
+    """Why a PlannerConfig sets an option of the screen allocator while using another one ("" if not)."""
+    alloc = cfg.allocator or PRESETS.get(cfg.strategy, {}).get("allocator")
+    for key, default in (("screen_growth", "stages"), ("screen_followup", "same_step")):
+        if alloc != "screen" and getattr(cfg, key) != default:
+            return (f"planner.{key}={getattr(cfg, key)} applies to the screen allocator only; strategy "
+                    f"'{cfg.strategy}' uses allocator '{alloc}' (set planner.allocator=screen, or drop {key})")
+    return ""
+
+
 def make_planner(
     cfg: Any,
     uids: list[str],
@@ -84,12 +94,10 @@ def make_planner(
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
                         stratify)
-    alloc_name = cfg.allocator or preset["allocator"]
-    for key, default in (("screen_growth", "stages"), ("screen_followup", "same_step")):
-        if alloc_name != "screen" and getattr(cfg, key) != default:
-            raise ValueError(f"planner.{key}={getattr(cfg, key)} applies to the screen allocator only; strategy "
-                             f"'{cfg.strategy}' uses allocator '{alloc_name}' (set planner.allocator=screen, or drop {key})")
-    alloc = make_allocator(alloc_name, cfg, num_generations)
+    why = screen_only_options(cfg)
+    if why:
+        raise ValueError(why)
+    alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
     rep = make_repair(cfg.repair or preset["repair"], size)
     filt = preset.get("filter", False) if cfg.filter_zero_variance is None else cfg.filter_zero_variance
     return ComposedPlanner(

@@ -214,8 +214,14 @@ def test_transpose_weights_is_refused_for_vllm_and_reaches_the_engine(tiny_model
     assert not input_major(build_engine(cfg, model, [0], 0, seed=0).model)
 
 
-def test_screen_allocator_options_with_another_allocator_are_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="screen_followup=next_step applies to the screen allocator only"):
+def test_a_planner_option_no_part_reads_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="screen_followup=next_step is read only by planner.allocator=screen"):
         build_config({"planner": {"strategy": "uniform", "screen_followup": "next_step"}})
     cfg = build_config({"planner": {"strategy": "mopps", "allocator": "screen", "screen_growth": "eager"}})
     assert cfg.planner.screen_growth == "eager"
+    with pytest.raises(ConfigError, match="estimator_window=8 is read only by planner.estimator=window or last_visit"):
+        build_config({"planner": {"estimator_window": 8}})  # adaptive's estimator is irt
+    with pytest.raises(ConfigError, match="target_solve_rate=0.3 is read only with planner.selection_score=target"):
+        build_config({"planner": {"target_solve_rate": 0.3}})  # adaptive scores by expected signal
+    assert build_config({"planner": {"strategy": "mopps", "target_solve_rate": 0.3}}).planner.target_solve_rate == 0.3
+    assert build_config({"planner": {"posterior_decay": 0.8}}).planner.posterior_decay == 0.8  # irt reads it

@@ -587,9 +587,9 @@ def test_screen_next_step_rolls_a_surprising_probe_out_in_full_next_step() -> No
 
 
 def test_screen_options_with_another_allocator_are_an_error() -> None:
-    with pytest.raises(ValueError, match="screen_followup=next_step applies to the screen allocator only"):
+    with pytest.raises(ValueError, match="screen_followup=next_step is read only by planner.allocator=screen"):
         make("uniform", screen_followup="next_step")
-    with pytest.raises(ValueError, match="screen_growth=eager applies to the screen allocator only"):
+    with pytest.raises(ValueError, match="screen_growth=eager is read only by planner.allocator=screen"):
         make("mopps", screen_growth="eager")
 
 

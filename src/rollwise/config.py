@@ -434,9 +434,9 @@ class Config(_Section):
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
         if a.icepop_low > a.icepop_high:
             raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
-        from rollwise.planner.strategies import screen_only_options, whole_round_parts  # no config import there
+        from rollwise.planner.strategies import unused_options, whole_round_parts  # no config import there
 
-        why = screen_only_options(self.planner)
+        why = unused_options(self.planner)
         if why:
             raise ValueError(why)
         r = self.rollout

@@ -63,13 +63,54 @@ def whole_round_parts(cfg: Any) -> list[str]:
                   else [])
 
 
-def screen_only_options(cfg: Any) -> str:
-    """Why a PlannerConfig sets an option of the screen allocator while using another one ("" if not)."""
-    alloc = cfg.allocator or PRESETS.get(cfg.strategy, {}).get("allocator")
-    for key, default in (("screen_growth", "stages"), ("screen_followup", "same_step")):
-        if alloc != "screen" and getattr(cfg, key) != default:
-            return (f"planner.{key}={getattr(cfg, key)} applies to the screen allocator only; strategy "
-                    f"'{cfg.strategy}' uses allocator '{alloc}' (set planner.allocator=screen, or drop {key})")
+# options read by one kind of part only: option -> (part, the part's names that read it)
+PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "posterior_decay": ("estimator", ("beta", "irt")),
+    "vade_fast_decay": ("estimator", ("two_scale_beta",)),
+    "vade_slow_decay": ("estimator", ("two_scale_beta",)),
+    "vade_fast_weight": ("estimator", ("two_scale_beta",)),
+    "estimator_window": ("estimator", ("window", "last_visit", "rank")),
+    "group_prior": ("estimator", ("irt",)),
+    "selection_score": ("selector", ("posterior",)),
+    "candidate_factor": ("selector", ("posterior",)),
+    "stratify": ("selector", ("posterior",)),
+    "dapo_max_rounds": ("selector", ("filter",)),
+    "dapo_oversample": ("selector", ("filter",)),
+    **{f"greso_{k}": ("selector", ("skip",)) for k in (
+        "explore_init", "explore_step", "explore_min", "explore_max", "zero_variance_target", "easy_threshold",
+        "hard_threshold")},
+    "min_samples_per_prompt": ("allocator", ("knapsack", "rank")),
+    "max_samples_per_prompt": ("allocator", ("knapsack", "hardness", "rank", "screen")),
+    "min_observations": ("allocator", ("knapsack",)),
+    "ar3po_stages": ("allocator", ("staged",)),
+    "ar3po_stage_size": ("allocator", ("staged",)),
+    "staged_rule": ("allocator", ("staged",)),
+    "dars_schedule": ("allocator", ("hardness",)),
+    "screen_size": ("allocator", ("screen",)),
+    "screen_threshold": ("allocator", ("screen",)),
+    "screen_growth": ("allocator", ("screen",)),
+    "screen_followup": ("allocator", ("screen",)),
+    "stratify_rollouts": ("allocator", ("screen",)),
+}
+
+
+def unused_options(cfg: Any) -> str:
+    """Why a PlannerConfig sets, to other than its default, an option that none of the parts of
+    its planner reads ("" if it does not): such an option would be accepted and ignored."""
+    preset = PRESETS.get(cfg.strategy, {})
+    fields = type(cfg).model_fields
+    for key, (part, names) in PART_OPTIONS.items():
+        value = getattr(cfg, key)
+        if value == fields[key].default:
+            continue
+        used = getattr(cfg, part) or preset.get(part)
+        if used not in names:
+            return (f"planner.{key}={value} is read only by planner.{part}={' or '.join(names)}; strategy "
+                    f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
+    score = cfg.selection_score or preset.get("score", "target")
+    if cfg.target_solve_rate != fields["target_solve_rate"].default and score != "target":
+        return (f"planner.target_solve_rate={cfg.target_solve_rate} is read only with planner.selection_score="
+                f"target; strategy '{cfg.strategy}' scores candidates by '{score}'")
     return ""
 
 
@@ -86,6 +127,9 @@ def make_planner(
         raise ValueError(f"unknown planner strategy '{cfg.strategy}'; allowed: {', '.join(STRATEGIES)}")
     if num_generations < 1 or prompts_per_step < 1:
         raise ValueError("prompts_per_step and num_generations must be >= 1")
+    why = unused_options(cfg)
+    if why:
+        raise ValueError(why)
     preset = PRESETS[cfg.strategy]
     if cfg.stratify_rollouts is None:  # resolved once, so every part reads the preset's choice
         cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})
@@ -94,9 +138,6 @@ def make_planner(
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
                         stratify)
-    why = screen_only_options(cfg)
-    if why:
-        raise ValueError(why)
     alloc = make_allocator(cfg.allocator or preset["allocator"], cfg, num_generations)
     rep = make_repair(cfg.repair or preset["repair"], size)
     filt = preset.get("filter", False) if cfg.filter_zero_variance is None else cfg.filter_zero_variance

@@ -63,35 +63,26 @@ def whole_round_parts(cfg: Any) -> list[str]:
                   else [])
 
 
-# options read by one kind of part only: option -> (part, the part's names that read it)
-PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "posterior_decay": ("estimator", ("beta", "irt")),
-    "vade_fast_decay": ("estimator", ("two_scale_beta",)),
-    "vade_slow_decay": ("estimator", ("two_scale_beta",)),
-    "vade_fast_weight": ("estimator", ("two_scale_beta",)),
-    "estimator_window": ("estimator", ("window", "last_visit", "rank")),
-    "group_prior": ("estimator", ("irt",)),
-    "selection_score": ("selector", ("posterior",)),
-    "candidate_factor": ("selector", ("posterior",)),
-    "stratify": ("selector", ("posterior",)),
-    "dapo_max_rounds": ("selector", ("filter",)),
-    "dapo_oversample": ("selector", ("filter",)),
-    **{f"greso_{k}": ("selector", ("skip",)) for k in (
+# options read by one kind of part only: (part, the part's names that read them) -> options
+_READERS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
+    ("estimator", ("beta", "irt")): ("posterior_decay",),
+    ("estimator", ("two_scale_beta",)): ("vade_fast_decay", "vade_slow_decay", "vade_fast_weight"),
+    ("estimator", ("window", "last_visit", "rank")): ("estimator_window",),
+    ("estimator", ("irt",)): ("group_prior",),
+    ("selector", ("posterior",)): ("selection_score", "candidate_factor", "stratify"),
+    ("selector", ("filter",)): ("dapo_max_rounds", "dapo_oversample"),
+    ("selector", ("skip",)): tuple(f"greso_{k}" for k in (
         "explore_init", "explore_step", "explore_min", "explore_max", "zero_variance_target", "easy_threshold",
-        "hard_threshold")},
-    "min_samples_per_prompt": ("allocator", ("knapsack", "rank")),
-    "max_samples_per_prompt": ("allocator", ("knapsack", "hardness", "rank", "screen")),
-    "min_observations": ("allocator", ("knapsack",)),
-    "ar3po_stages": ("allocator", ("staged",)),
-    "ar3po_stage_size": ("allocator", ("staged",)),
-    "staged_rule": ("allocator", ("staged",)),
-    "dars_schedule": ("allocator", ("hardness",)),
-    "screen_size": ("allocator", ("screen",)),
-    "screen_threshold": ("allocator", ("screen",)),
-    "screen_growth": ("allocator", ("screen",)),
-    "screen_followup": ("allocator", ("screen",)),
-    "stratify_rollouts": ("allocator", ("screen",)),
+        "hard_threshold")),
+    ("allocator", ("knapsack", "rank")): ("min_samples_per_prompt",),
+    ("allocator", ("knapsack", "hardness", "rank", "screen")): ("max_samples_per_prompt",),
+    ("allocator", ("knapsack",)): ("min_observations",),
+    ("allocator", ("staged",)): ("ar3po_stages", "ar3po_stage_size", "staged_rule"),
+    ("allocator", ("hardness",)): ("dars_schedule",),
+    ("allocator", ("screen",)): ("screen_size", "screen_threshold", "screen_growth", "screen_followup",
+                                 "stratify_rollouts"),
 }
+PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {k: reader for reader, keys in _READERS.items() for k in keys}
 
 
 def unused_options(cfg: Any) -> str:

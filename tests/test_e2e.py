@@ -91,9 +91,12 @@ def test_console_entry_point_help():
     assert "algo.epsilon_high" in out.stdout
 
 
-@pytest.mark.parametrize("strategy", ["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3"])  # adaptive: the default, in every other test
+@pytest.mark.parametrize("strategy", ["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3",
+                                      "adaptive:screen_growth=eager", "adaptive:screen_followup=next_step"])
 def test_every_planner_strategy_trains_and_resumes(tiny_model_dir, tmp_path, strategy):
-    extra = ["eval.at_start=false", "eval.at_end=false", f"planner.strategy={strategy}"]
+    # plain adaptive, the default, is in every other test
+    name, *overrides = strategy.split(":")
+    extra = ["eval.at_start=false", "eval.at_end=false", f"planner.strategy={name}", *(f"planner.{o}" for o in overrides)]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "p", 2, extra)]) == 0
     assert main(["train", "--resume", str(tmp_path / "p"), "train.max_steps=3"]) == 0
     lines = _train_lines(tmp_path / "p")

@@ -225,3 +225,13 @@ def test_a_planner_option_no_part_reads_is_a_config_error() -> None:
         build_config({"planner": {"target_solve_rate": 0.3}})  # adaptive scores by expected signal
     assert build_config({"planner": {"strategy": "mopps", "target_solve_rate": 0.3}}).planner.target_solve_rate == 0.3
     assert build_config({"planner": {"posterior_decay": 0.8}}).planner.posterior_decay == 0.8  # irt reads it
+
+
+def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> None:
+    # a new option of one part must go into PART_OPTIONS, or it is accepted and ignored elsewhere
+    from rollwise.config import PlannerConfig
+    from rollwise.planner.strategies import PART_OPTIONS
+
+    general = {"strategy", "estimator", "selector", "allocator", "repair", "budget_rollouts", "budget_tokens",
+               "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema"}
+    assert set(PlannerConfig.model_fields) == general | set(PART_OPTIONS)

@@ -19,6 +19,22 @@ def test_resume_drops_a_partial_last_line_and_later_steps(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3] and rows[-1]["rollout/reward_mean"] == 0.5
 
 
+def test_resume_keeps_the_checkpoint_step_in_tensorboard_and_drops_later_ones(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    t = Tracker(tmp_path)
+    for step in (1, 2, 3):
+        t.log(step, {"rollout/reward_mean": 0.1 * step})
+    t.close()
+    r = Tracker(tmp_path, truncate_after_step=2)  # resumed from the checkpoint of step 2
+    r.log(3, {"rollout/reward_mean": 0.9})
+    r.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    seen = {e.step: round(e.value, 6) for e in acc.Scalars("rollout/reward_mean")}
+    assert seen == {1: 0.1, 2: 0.2, 3: 0.9}
+
+
 def test_read_metrics_skips_a_partial_last_line(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')
     assert read_metrics(tmp_path) == [{"step": 1, "a": 1.0}]

@@ -40,7 +40,9 @@ class Tracker:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=truncate_after_step)
+            # purge_step hides events at or after it: keep the checkpoint's own step, as metrics.jsonl does
+            purge = None if truncate_after_step is None else truncate_after_step + 1
+            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in metrics.items()}

@@ -58,6 +58,13 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000
     assert main(["eval", str(run), "run.progress=false"]) == 0
+    # a run folder and a CONFIG.yaml: the run's model and checkpoint, the file's settings on top
+    extra = tmp_path / "eval.yaml"
+    extra.write_text("eval: {pass_k: 3}\n")
+    capsys.readouterr()
+    assert main(["eval", str(run), str(extra)]) == 0
+    out = capsys.readouterr().out
+    assert "pass@3" in out and "step_" in out, out
 
 
 def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from rollwise.config import Config, _merge, build_config, load_config, parse_overrides
+from rollwise.config import Config, _merge, build_config, load_config, parse_overrides, read_config_file
 
 
 def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
@@ -25,8 +24,10 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
     if target:
         t = Path(target)
         run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
-        if (run_dir / "config.yaml").is_file() and not config:
+        if (run_dir / "config.yaml").is_file():  # the run's config, then a CONFIG.yaml given here, then overrides
             saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+            if config:
+                saved = _merge(saved, read_config_file(config))
             cfg = build_config(_merge(saved, parse_overrides(overrides)))
             ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
             if ckpt is None:
@@ -40,11 +41,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.data import build_items, encode_prompts
     from rollwise.engine import HFEngine
     from rollwise.evaluate import evaluate
-    from rollwise.loop import _as_list, set_threads, warn_slow_dtype
+    from rollwise.loop import _as_list, load_policy, set_threads, warn_slow_dtype
     from rollwise.models import (
         apply_lora,
         compute_dtype,
-        load_model,
         load_tokenizer,
         merged_state_dict,
         resolve_model_path,
@@ -59,7 +59,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     _, eval_items = build_items(cfg.data, cfg.run.seed)
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tok = load_tokenizer(path)
-    model = load_model(path, torch.float32)
+    model = load_policy(cfg, path)  # fp32 on model.device
     if ckpt is not None:
         if cfg.model.lora.enabled:
             model = apply_lora(model, cfg.model)

@@ -123,6 +123,10 @@ def test_rollout_workers_refuse_what_they_cannot_do_yet():
         load_config(None, ["distributed.backend=ray", "rollout.engine=hf"])
     with pytest.raises(ConfigError, match="max_staleness"):
         load_config(None, ["distributed.max_staleness=-1"])
+    for extra in ([], ["distributed.async_training=true"]):  # local workers would only take turns
+        with pytest.raises(ConfigError, match="rollout_workers=2 needs distributed.backend=ray"):
+            load_config(None, ["distributed.rollout_workers=2", *extra])
+    assert load_config(None, ["distributed.rollout_workers=2", "distributed.backend=ray"]).distributed.rollout_workers == 2
     cfg = load_config(None, ["distributed.async_training=true", "distributed.backend=ray"])
     assert cfg.distributed.rollout_workers == 1 and cfg.distributed.max_staleness == 1
 

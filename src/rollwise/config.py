@@ -1,6 +1,6 @@
 """One typed config for every command: YAML file + dotted command-line overrides.
 
-Every field carries a one-line description; `rollwise train --help-config` prints them.
+Every field carries a one-line description; `rollwise options` prints them.
 Unknown keys, wrong types and impossible values fail here, before any model is loaded,
 with a message that names the key and what is allowed.
 """
@@ -287,8 +287,8 @@ class PlannerConfig(_Section):
         "e3 num_generations/2)."
     )
     max_samples_per_prompt: int | None = Field(
-        None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: knapsack 8x, "
-        "e3 1.5x, dars et 4x / hw 8x num_generations)."
+        None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
+        "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
     success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response.")
     posterior_decay: float = Field(
@@ -372,7 +372,8 @@ class EvalConfig(_Section):
     every_n_steps: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after).")
     at_start: bool = Field(True, description="Evaluate before training.")
     at_end: bool = Field(True, description="Evaluate after training.")
-    batch_size: int = Field(64, gt=0, description="Sequences per evaluation batch.")
+    batch_size: int = Field(64, gt=0, description="Sequences per evaluation batch of `rollwise eval`; evaluation during "
+                            "training runs in the rollout engine (rollout.batch_size, rollout.num_slots).")
     pass_k: int = Field(0, ge=0, description="Also report pass@k with k sampled answers (0 = off).")
     max_completion_length: int | None = Field(None, gt=0, description="None = rollout.max_completion_length.")
 
@@ -399,7 +400,7 @@ class DistributedConfig(_Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="Where rollout workers run: local (a thread in this process; correct but shares the "
         "GIL with the trainer) or ray (Ray actors, each its own process, restarted if it dies).")
-    rollout_workers: int = Field(1, gt=0, description="Rollout workers; each prompt's group goes to one of them.")
+    rollout_workers: int = Field(1, gt=0, description="Rollout workers (more than 1 with backend=ray); each prompt's group goes to one of them.")
     ray_address: str | None = Field(
         None, description="Ray cluster address for backend=ray (default: start Ray on this machine's cores).")
     worker_threads: int = Field(1, gt=0, description="torch threads (and Ray CPUs) per rollout worker.")
@@ -464,6 +465,10 @@ class Config(_Section):
             raise ValueError("rollout.speculative_reuse=true needs plain temperature sampling (rollout.top_p=1, "
                              "rollout.top_k=0): the acceptance test compares full-distribution probabilities")
         d = self.distributed
+        if d.backend == "local" and d.rollout_workers > 1:
+            raise ValueError(f"distributed.rollout_workers={d.rollout_workers} needs distributed.backend=ray: the local "
+                             "backend has one rollout worker in this process (more would only take turns). Set "
+                             "distributed.backend=ray, or leave rollout_workers at 1")
         if d.async_training or d.backend == "ray":
             for flag in ("partial_rollouts", "speculative_reuse"):
                 if getattr(r, flag):
@@ -558,20 +563,23 @@ def build_config(data: dict[str, Any]) -> Config:
         raise ConfigError(_format_errors(e)) from None
 
 
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML config file's sections as a dict (not yet validated), or a ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file '{p}' not found")
+    try:
+        loaded = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """Defaults, then the YAML file, then dotted overrides; validated as a whole."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{p}' not found")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
-        data = loaded
+    data = read_config_file(path) if path is not None else {}
     if overrides:
         data = _merge(data, parse_overrides(overrides))
     return build_config(data)
@@ -582,7 +590,7 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, default, description) for every leaf option: the options table and --help-config."""
+    """(dotted key, default, description) for every leaf option: the options table of `rollwise options`."""
     rows: list[tuple[str, str, str]] = []
     for name, field in model.model_fields.items():
         ann = field.annotation

@@ -55,6 +55,47 @@ def test_learning_laws_hand_computed(law: str) -> None:
     assert w.delta[0] == pytest.approx(0.5 * e0 / 4) and w.delta[1] == 0.0
 
 
+def test_tasks_split_the_gain_by_effective_samples_hand_computed() -> None:
+    w = world(tasks=2, transfer=0.25, lr=0.1, local_lr=0.0, drift=0.0)
+    k0 = [u for u in w.train_uids if u.startswith("k0:")]
+    k1 = [u for u in w.train_uids if u.startswith("k1:")]
+    assert k0 and k1 and len(k0) + len(k1) == len(w.train_uids)
+    # one group of task 0 with 1/4 correct (E = 3), none of task 1: G = 0.1 * 3 / 16
+    gain = w.learn({k0[0]: [1.0, 0.0, 0.0, 0.0], k1[0]: [1.0] * 4}, [k0[0], k1[0]], replay=[])
+    g = 0.1 * 3 / 16
+    assert gain == pytest.approx(g)
+    assert w.theta == pytest.approx(SMALL.skill0 + 0.25 * g)
+    assert w.phi == pytest.approx([0.75 * g * 2, 0.0])  # all of the task share went to task 0
+    i = w.index[k1[1]]
+    w.a[i], w.b[i], w.delta[i], w.solvable[i] = 1.0, 0.0, 0.0, True
+    z = w.theta + w.phi[1]
+    assert w.solve_rate(np.array([i]))[0] == pytest.approx(w.fit[i] / (1 + math.exp(-z)))
+
+
+def test_balanced_training_moves_every_task_like_the_world_without_tasks() -> None:
+    w = world(tasks=2, transfer=0.5, lr=0.1, local_lr=0.0, drift=0.0)
+    a = next(u for u in w.train_uids if u.startswith("k0:"))
+    b = next(u for u in w.train_uids if u.startswith("k1:"))
+    gain = w.learn({a: [1.0, 0.0, 1.0, 0.0], b: [0.0, 1.0, 1.0, 0.0]}, [a, b], replay=[])
+    assert w.theta + w.phi[0] == pytest.approx(SMALL.skill0 + gain)
+    assert w.theta + w.phi[1] == pytest.approx(SMALL.skill0 + gain)
+
+
+def test_task_difficulty_keeps_the_total_spread_and_the_world_without_tasks() -> None:
+    big = dict(n_train=20000, n_eval=10)
+    plain = World(SimParams(**big), 5, 4, 4)
+    same = World(SimParams(**big, tasks=0, task_sd=2.0, transfer=0.1), 5, 4, 4)
+    assert np.array_equal(plain.b, same.b) and plain.train_uids == same.train_uids  # K = 0: untouched
+    tasked = World(SimParams(**big, tasks=400, task_sd=2.0), 5, 4, 4)
+    assert np.std(tasked.b) == pytest.approx(SimParams().difficulty_sd, rel=0.05)
+    means = np.array([tasked.b[tasked.task == t].mean() for t in range(400)])
+    assert np.std(means) == pytest.approx(2.0, rel=0.15)  # the task's share of the spread
+    with pytest.raises(ValueError, match="task_sd"):
+        World(SimParams(**big, tasks=3, task_sd=3.0), 0, 4, 4)
+    with pytest.raises(ValueError, match="transfer"):
+        World(SimParams(**big, tasks=3, transfer=1.5), 0, 4, 4)
+
+
 def test_run_is_deterministic_and_spends_the_budget() -> None:
     spec = RunSpec("mopps", 3, steps=8, prompts_per_step=4, num_generations=4, params=SMALL)
     a, b = run_one(spec), run_one(spec)
@@ -205,6 +246,14 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     bad = parser.parse_args(["simulate", "--strategies", "mopps", "--seeds", "1", "--steps", "2", "--pool", "32",
                              "--eval-size", "8", "--out", str(tmp_path), "--quiet"])
     assert bad.func(bad) == 2  # no uniform and no --target
+    tasked = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive", "--seeds", "1", "--steps", "3",
+                                "--prompts-per-step", "4", "--num-generations", "4", "--pool", "48",
+                                "--eval-size", "16", "--tasks", "3", "--out", str(tmp_path), "--quiet"])
+    assert tasked.func(tasked) == 0
+    assert json.loads((tmp_path / "results.json").read_text())["params"]["tasks"] == 3
+    wrong = parser.parse_args(["simulate", "--tasks", "3", "--task-sd", "9", "--out", str(tmp_path), "--quiet"])
+    assert wrong.func(wrong) == 2
+    assert "task_sd" in capsys.readouterr().out
 
 
 def test_report_panels_cover_the_planner_metrics() -> None:

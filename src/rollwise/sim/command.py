@@ -21,7 +21,7 @@ from rollwise.planner import STRATEGIES
 from rollwise.sim.oracle import split_oracle
 from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
-from rollwise.sim.world import LAWS, SimParams
+from rollwise.sim.world import LAWS, SimParams, World
 
 
 def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
@@ -91,6 +91,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Per-step random-walk sd of prompt offsets (default {d.drift}).")
     p.add_argument("--max-len", type=int, default=d.max_len,
                    help=f"Response length cap; truncated responses score 0 (default {d.max_len}).")
+    p.add_argument("--tasks", type=int, default=d.tasks,
+                   help="Split the prompts into this many tasks, each with a difficulty offset and a skill of its own "
+                        "(uids 'k<t>:...', so stratify and per-task priors apply); 0 = one pool (default 0).")
+    p.add_argument("--task-sd", type=float, default=d.task_sd,
+                   help=f"With --tasks: spread of the tasks' difficulty offsets, a part of --difficulty-sd "
+                        f"(default {d.task_sd}).")
+    p.add_argument("--transfer", type=float, default=d.transfer,
+                   help=f"With --tasks: share of a step's skill gain that reaches every task; the rest goes to "
+                        f"the tasks trained on, in proportion to their effective samples (default {d.transfer}).")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -109,7 +118,13 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
-                       drift=args.drift, max_len=args.max_len)
+                       drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
+                       transfer=args.transfer)
+    try:
+        World(params, 0, args.prompts_per_step, args.num_generations)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
     base = RunSpec("uniform", 0, steps=args.steps, prompts_per_step=args.prompts_per_step,
                    num_generations=args.num_generations, unit=args.unit, budget=args.budget, params=params)
     base.budget = args.budget or default_budget(base)

@@ -8,6 +8,14 @@ times the chance that a correct response fits under the length cap. theta is the
 (shared by training and held-out prompts), delta_i a per-prompt offset that training on the
 prompt raises (memorisation) and that drifts, b_i the difficulty, a_i the discrimination.
 
+With `tasks` = K > 0 the prompts belong to K tasks (uids "k<t>:t<i>", so the planner's
+stratification and per-task priors see them): a share of the difficulty spread is the task's
+(b_i = c_t + e_i, sd(c) = task_sd, sd(c + e) = difficulty_sd), and each task has a skill of
+its own, theta + phi_t. Of a step's skill gain G, the share `transfer` raises theta (every
+task) and the rest raises the tasks in proportion to their effective samples:
+phi_t += (1 - transfer) * G * K * E_t / E, so balanced training moves every task by G, as
+without tasks, while training on one task leaves the others behind. K = 0 is the world above.
+
 A trained group with c correct of n gives the signal s = 4 c (n-c) / n^2 in [0, 1]
 (1 at c = n/2, 0 for a group with equal rewards); E = sum over trained groups of n * s is
 the step's "effective samples". A replayed correct response (stop-gradient) counts as one
@@ -53,6 +61,9 @@ class SimParams:
     length_difficulty: float = 0.15  # log-median slope against difficulty
     wrong_length_factor: float = 1.5  # wrong responses are this much longer (median)
     max_len: int = 1024  # length cap; a truncated response scores 0
+    tasks: int = 0  # 0 = one pool; K > 0: K tasks with their own difficulty and skill (module docstring)
+    task_sd: float = 1.5  # sd of a task's difficulty offset (part of difficulty_sd)
+    transfer: float = 0.5  # share of a step's skill gain that reaches every task
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -65,10 +76,22 @@ class World:
     def __init__(self, params: SimParams, seed: int, prompts_per_step: int, num_generations: int):
         if params.law not in LAWS:
             raise ValueError(f"unknown learning law '{params.law}'; allowed: {', '.join(LAWS)}")
+        if params.tasks < 0 or (params.tasks and not 0 <= params.task_sd < params.difficulty_sd):
+            raise ValueError("tasks must be >= 0 and task_sd in [0, difficulty_sd)")
+        if not 0.0 <= params.transfer <= 1.0:
+            raise ValueError(f"transfer must be in [0, 1], got {params.transfer}")
         self.p = params
         rng = np.random.default_rng([seed, 17])
         m = params.n_train + params.n_eval
         self.b = rng.normal(0.0, params.difficulty_sd, m)
+        k = params.tasks
+        self.task = np.zeros(m, dtype=np.int64)
+        self.phi = np.zeros(max(k, 1))  # each task's own skill on top of theta
+        if k:  # a separate stream, so the world without tasks stays the same for a seed
+            trng = np.random.default_rng([seed, 41])
+            self.task = trng.integers(0, k, m)
+            shared = trng.normal(0.0, params.task_sd, k)
+            self.b = self.b * math.sqrt(1.0 - (params.task_sd / params.difficulty_sd) ** 2) + shared[self.task]
         self.a = np.exp(rng.normal(math.log(params.discrimination), 0.25, m))
         self.solvable = rng.random(m) >= params.unsolvable
         self.delta = np.zeros(m)
@@ -78,14 +101,14 @@ class World:
         self.theta = params.skill0
         self.n_ref = prompts_per_step * num_generations
         self.n = num_generations
-        self.train_uids = [f"t{i}" for i in range(params.n_train)]
+        self.train_uids = [f"k{self.task[i]}:t{i}" if k else f"t{i}" for i in range(params.n_train)]
         self.index = {u: i for i, u in enumerate(self.train_uids)}
         self.eval_idx = np.arange(params.n_train, m)
         self.rng = np.random.default_rng([seed, 29])
 
     # ----------------------------------------------------------------- truth
     def solve_rate(self, idx: np.ndarray) -> np.ndarray:
-        z = self.a[idx] * (self.theta + self.delta[idx] - self.b[idx])
+        z = self.a[idx] * (self.theta + self.phi[self.task[idx]] + self.delta[idx] - self.b[idx])
         return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
 
     def eval_accuracy(self) -> float:
@@ -101,7 +124,7 @@ class World:
     # ----------------------------------------------------------------- engine + rewarder
     def generate(self, req: Request) -> GroupResult:
         i = self.index[req.uid]
-        z = self.a[i] * (self.theta + self.delta[i] - self.b[i])
+        z = self.a[i] * (self.theta + self.phi[self.task[i]] + self.delta[i] - self.b[i])
         q = 1.0 / (1.0 + math.exp(-z)) if self.solvable[i] else 0.0
         correct = self.rng.random(req.n) < q
         med = self.log_med[i] + np.where(correct, 0.0, math.log(self.p.wrong_length_factor))
@@ -117,6 +140,7 @@ class World:
         """Apply one step's update from the trained groups; returns the skill gain."""
         replayed = set(replay)
         e_total, n_trained = 0.0, 0
+        e_task = np.zeros(len(self.phi))
         for uid in train:
             r = groups[uid]
             n, c = len(r), float(sum(r))
@@ -130,6 +154,7 @@ class World:
             e = w * n * s
             e_total += e
             i = self.index[uid]
+            e_task[self.task[i]] += e
             self.delta[i] += self.p.local_lr * e / self.n
         lr, law = self.p.lr, self.p.law
         if law == "signal":
@@ -139,7 +164,12 @@ class World:
         else:
             k = 0.25
             gain = lr * k * (1.0 - math.exp(-e_total / (k * self.n_ref)))
-        self.theta += gain
+        if self.p.tasks:
+            self.theta += self.p.transfer * gain
+            if e_total > 0:
+                self.phi += (1.0 - self.p.transfer) * gain * self.p.tasks * e_task / e_total
+        else:
+            self.theta += gain
         if self.p.drift > 0:
             t = self.p.n_train
             self.delta[:t] += self.rng.normal(0.0, self.p.drift, t)

@@ -59,7 +59,8 @@ def main() -> None:
         pcfg = cfg.planner.model_copy(update={"strategy": name, **overrides})
         engine = build_engine(cfg, run.model, run.eos_ids, run.tokenizer.pad_token_id, cfg.run.seed)
         planner = build_planner(pcfg, list(run.ids_by_uid), ro.prompts_per_step, ro.num_generations,
-                                ro.max_completion_length, cfg.run.seed)
+                                ro.max_completion_length, cfg.run.seed,
+                                prompt_lengths=[len(ids) for ids in run.ids_by_uid.values()])
         setups[v] = (engine, planner, RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature))
     trainer = PolicyTrainer(cfg, copy.deepcopy(run.model), run.tokenizer.pad_token_id) if args.train else None
     warm = trainer is None

@@ -185,6 +185,58 @@ def test_irt_group_prior_makes_unseen_prompts_look_like_their_task() -> None:
     assert e2.mean(np.array([5]))[0] == pytest.approx(p5)
 
 
+def test_irt_length_prior_learns_that_longer_prompts_are_harder() -> None:
+    # one task, 40 prompts of lengths 30..49; the 30 seen ones: solve rate falls with length
+    lengths = np.arange(30, 70)[:40]
+    e = IRTEstimator(40, covariate=lengths)
+    flat = IRTEstimator(40)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        for i in range(0, 40, 4):  # every 4th prompt stays unseen: 1, 2, 3 of each 4 are seen
+            for j in (1, 2, 3):
+                q = 1 / (1 + np.exp(0.25 * (lengths[i + j] - 50)))
+                c = int(rng.binomial(8, q))
+                e.update(i + j, c, 8)
+                flat.update(i + j, c, 8)
+        e.after_step()
+        flat.after_step()
+    assert e.beta[0] < -0.5  # z is in within-task standard deviations: longer = lower offset
+    short, long_ = e.mean(np.array([4, 36]))  # unseen, lengths 34 and 66
+    f4, f36 = flat.mean(np.array([4, 36]))
+    assert f4 == pytest.approx(f36)  # without the covariate both look like the pool
+    assert short > f4 + 0.15 and long_ < f36 - 0.15
+    # the covariate moves priors, not the evidence: a prompt seen many times keeps its own rate
+    e.update(0, 40, 80)
+    e.after_step()
+    assert e.mean(np.array([0]))[0] == pytest.approx(0.5, abs=0.08)
+    again = IRTEstimator(40, covariate=lengths)
+    again.load_state_dict(json.loads(json.dumps(e.state_dict())))
+    assert again.mean(np.arange(40)) == pytest.approx(e.mean(np.arange(40)))
+    old = {k: v for k, v in e.state_dict().items() if k != "beta"}  # a state from before the covariate
+    IRTEstimator(40, covariate=lengths).load_state_dict(old)
+    with pytest.raises(ValueError, match="one value per prompt"):
+        IRTEstimator(40, covariate=lengths[:5])
+
+
+def test_irt_shift_moves_mass_along_the_grid_and_keeps_it() -> None:
+    e = IRTEstimator(2, grid=5, span=2.0)  # finite cells at -2, -1, 0, 1, 2
+    rows = np.array([[0.2, 0.0, 0.0, 0.8, 0.0, 0.0]])
+    up = e._shift(rows, np.array([1.0]))  # the mass at 0 moves to 1
+    assert up[0] == pytest.approx([0.2, 0.0, 0.0, 0.0, 0.8, 0.0])
+    half = e._shift(rows, np.array([-0.5]))  # half way to -1: split between -1 and 0
+    assert half[0] == pytest.approx([0.2, 0.0, 0.4, 0.4, 0.0, 0.0])
+
+
+def test_length_prior_needs_prompt_lengths_and_the_irt_estimator() -> None:
+    uids = [f"t:{i}" for i in range(12)]
+    with pytest.raises(ValueError, match="needs each prompt's token length"):
+        build_planner(PlannerConfig(strategy="adaptive", length_prior=True), uids, 4, 4, 64, 0)
+    with pytest.raises(ValueError, match="length_prior=True is read only by planner.estimator=irt"):
+        build_planner(PlannerConfig(strategy="mopps", length_prior=True), uids, 4, 4, 64, 0, list(range(12)))
+    pl = build_planner(PlannerConfig(strategy="adaptive", length_prior=True), uids, 4, 4, 64, 0, list(range(12)))
+    assert pl.estimator.uses_covariate and not make("adaptive").estimator.uses_covariate
+
+
 # ------------------------------------------------------------------ selectors
 
 

@@ -226,6 +226,7 @@ def test_parse_strategy() -> None:
     with pytest.raises(ValueError, match="unknown config key 'planner.candidate_factr'.*candidate_factor"):
         parse_strategy("mopps:candidate_factr=4")
     assert parse_strategy("adaptive:estimator=oracle") == ("adaptive", {"estimator": "oracle"})
+    assert parse_strategy("adaptive:length_prior=true") == ("adaptive", {"length_prior": True})  # real-data benches
 
 
 def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
@@ -254,6 +255,9 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     wrong = parser.parse_args(["simulate", "--tasks", "3", "--task-sd", "9", "--out", str(tmp_path), "--quiet"])
     assert wrong.func(wrong) == 2
     assert "task_sd" in capsys.readouterr().out
+    lengths = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--quiet"])
+    assert lengths.func(lengths) == 2
+    assert "token lengths" in capsys.readouterr().out
 
 
 def test_report_panels_cover_the_planner_metrics() -> None:

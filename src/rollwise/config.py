@@ -303,6 +303,11 @@ class PlannerConfig(_Section):
         True, description="irt: a prior per task (the prompt uid's prefix before ':'), shrunk toward the pool's, so an "
         "unseen prompt of a task that is hard today looks hard."
     )
+    length_prior: bool = Field(
+        False, description="irt: an unseen prompt's prior also shifts with its token length within its task (a slope "
+        "per task learned from the prompts seen so far); in the default mixture a prompt's length explains 38% of the "
+        "spread of solve rates that its task does not (bench/prior_features.py)."
+    )
     target_solve_rate: float = Field(0.5, gt=0, lt=1, description="MoPPS: solve rate the posterior sampling aims at.")
     selection_score: Literal["target", "info", "expected"] | None = Field(
         None, description="Posterior selector score: target = Thompson draw near target_solve_rate (MoPPS), info = "

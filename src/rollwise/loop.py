@@ -195,7 +195,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
     planner = build_planner(cfg.planner, list(ids_by_uid), cfg.rollout.prompts_per_step,
-                            cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed)
+                            cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed,
+                            prompt_lengths=[len(ids) for ids in ids_by_uid.values()])
 
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:

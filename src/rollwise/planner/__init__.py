@@ -32,11 +32,13 @@ def build_planner(
     num_generations: int,
     max_completion_length: int,
     seed: int,
+    prompt_lengths: list[int] | None = None,
 ) -> Planner:
     """Build the planner named by `cfg.strategy` (parts overridable in `cfg`).
 
     The step budget is `cfg.budget_rollouts` (default prompts_per_step * num_generations) or
     `cfg.budget_tokens`; `max_completion_length` seeds the response-length estimate that
-    converts a token budget into rollouts.
+    converts a token budget into rollouts. `prompt_lengths` (tokens, one per uid) feed the
+    `irt` estimator's `length_prior`.
     """
-    return make_planner(cfg, uids, prompts_per_step, num_generations, max_completion_length, seed)
+    return make_planner(cfg, uids, prompts_per_step, num_generations, max_completion_length, seed, prompt_lengths)

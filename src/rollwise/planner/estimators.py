@@ -220,7 +220,8 @@ def rank_by_mean(est: Estimator, idx: np.ndarray) -> np.ndarray:
     return r[np.asarray(idx)]
 
 
-def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None) -> Estimator:
+def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None,
+                   prompt_lengths: list[int] | None = None) -> Estimator:
     if name == "beta":
         return BetaEstimator(size, cfg.posterior_decay)
     if name == "two_scale_beta":
@@ -235,5 +236,9 @@ def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None
         from rollwise.planner.irt import IRTEstimator
 
         groups = [task_of(u) for u in uids] if uids and cfg.group_prior else None
-        return IRTEstimator(size, cfg.posterior_decay, groups=groups)
+        if cfg.length_prior and prompt_lengths is None:
+            raise ValueError("planner.length_prior=true needs each prompt's token length: the training loop passes "
+                             "them, the simulator has none (drop length_prior there)")
+        return IRTEstimator(size, cfg.posterior_decay, groups=groups,
+                            covariate=prompt_lengths if cfg.length_prior else None)
     raise ValueError(f"unknown estimator '{name}'; allowed: beta, two_scale_beta, window, last_visit, rank, irt")

@@ -31,12 +31,20 @@ class IRTEstimator(Estimator):
     With `groups` (one label per prompt: the task), each group gets its own prior, the mean
     belief of its seen prompts shrunk toward the pool prior with the weight of
     `group_shrink` prompts: an unseen prompt of a task that is hard today looks hard.
+
+    With `covariate` (one number per prompt, e.g. its token length), a prompt's prior is its
+    group's shifted by beta_g * z_i, z the covariate standardised within the group: an unseen
+    prompt longer than its task's usual looks harder, if the seen ones say so. After each
+    step beta_g is the regression (shrunk toward 0 with the weight of `slope_shrink`) of the
+    seen prompts' posterior mean offsets on z (an EM step), and the group prior is learned
+    from their posteriors shifted back by beta_g * z_i.
     """
 
     name = "irt"
 
     def __init__(self, size: int, decay: float = 1.0, grid: int = 41, span: float = 10.0, max_step: float = 0.25,
-                 groups: list[str] | None = None, group_shrink: float = 4.0):
+                 groups: list[str] | None = None, group_shrink: float = 4.0,
+                 covariate: list[float] | np.ndarray | None = None, slope_shrink: float = 4.0):
         super().__init__(size)
         self.decay, self.max_step = decay, max_step
         self.u = np.concatenate([[-np.inf], np.linspace(-span, span, grid)])
@@ -49,13 +57,44 @@ class IRTEstimator(Estimator):
         self.shrink = group_shrink
         self.prior = np.full((len(names), len(self.u)), 1.0 / len(self.u))
         self._g = self._h = 0.0
+        self.z = np.zeros(size)
+        self.uses_covariate = covariate is not None
+        if covariate is not None:
+            x = np.asarray(covariate, dtype=float)
+            if x.shape != (size,):
+                raise ValueError(f"covariate: one value per prompt ({size}), got shape {x.shape}")
+            for k in range(len(names)):
+                m = self.group == k
+                sd = float(x[m].std()) if m.any() else 0.0
+                self.z[m] = (x[m] - x[m].mean()) / sd if sd > 0 else 0.0
+        self.beta = np.zeros(len(names))
+        self.slope_shrink = slope_shrink
 
     def _p_grid(self) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-(self.level + self.u)))
 
+    def _shift(self, rows: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """Each row's finite-offset cells moved by `shift` logits (linear interpolation on the
+        grid, clamped at its ends) and rescaled to their old total; the "never" cell stays."""
+        if not shift.any():
+            return rows
+        grid = self.u[1:]
+        pos = np.clip(np.arange(len(grid))[None, :] - shift[:, None] / (grid[1] - grid[0]), 0, len(grid) - 1)
+        lo = np.floor(pos).astype(np.int64)
+        hi = np.minimum(lo + 1, len(grid) - 1)
+        f = pos - lo
+        fin = rows[:, 1:]
+        moved = (1 - f) * np.take_along_axis(fin, lo, axis=1) + f * np.take_along_axis(fin, hi, axis=1)
+        total, now = fin.sum(axis=1, keepdims=True), moved.sum(axis=1, keepdims=True)
+        return np.concatenate([rows[:, :1], moved * total / np.maximum(now, 1e-300)], axis=1)
+
+    def _prior_of(self, idx: np.ndarray) -> np.ndarray:
+        prior = self.prior[self.group[idx]]
+        return self._shift(prior, self.beta[self.group[idx]] * self.z[idx]) if self.uses_covariate else prior
+
     def posterior(self, idx: np.ndarray) -> np.ndarray:
         idx = np.atleast_1d(idx)
-        lp = self.loglik[idx] + np.log(self.prior[self.group[idx]])
+        lp = self.loglik[idx] + np.log(np.maximum(self._prior_of(idx), 1e-300))
         post = np.exp(lp - lp.max(axis=1, keepdims=True))
         return post / post.sum(axis=1, keepdims=True)
 
@@ -92,6 +131,9 @@ class IRTEstimator(Estimator):
         seen = np.flatnonzero(self.n_obs > 0)
         if len(seen):
             post = self.posterior(seen)
+            if self.uses_covariate:
+                self._fit_slopes(seen, post)
+                post = self._shift(post, -self.beta[self.group[seen]] * self.z[seen])
             pool = post.mean(axis=0)
             floor = 1e-3 / len(self.u)
             for k in range(len(self.prior)):
@@ -99,9 +141,24 @@ class IRTEstimator(Estimator):
                 prior = (mine.sum(axis=0) + self.shrink * pool) / (len(mine) + self.shrink) + floor
                 self.prior[k] = prior / prior.sum()
 
+    def _fit_slopes(self, seen: np.ndarray, post: np.ndarray) -> None:
+        """beta_g: weighted least squares of the seen prompts' mean offset (given solvable) on z."""
+        fin = post[:, 1:]
+        w = fin.sum(axis=1)  # P(solvable)
+        ubar = fin @ self.u[1:] / np.maximum(w, 1e-12)
+        g, z = self.group[seen], self.z[seen]
+        for k in range(len(self.beta)):
+            m = (g == k) & (w > 1e-6)
+            if m.sum() < 2:
+                continue
+            wk, zk, uk = w[m], z[m], ubar[m]
+            zc = zk - np.average(zk, weights=wk)
+            uc = uk - np.average(uk, weights=wk)
+            self.beta[k] = float((wk * zc * uc).sum() / ((wk * zc * zc).sum() + self.slope_shrink))
+
     def state_dict(self) -> dict[str, Any]:
         return {"loglik": self.loglik.tolist(), "n_obs": self.n_obs.tolist(), "level": self.level,
-                "prior": self.prior.tolist()}
+                "prior": self.prior.tolist(), "beta": self.beta.tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loglik = np.asarray(state["loglik"], dtype=float).reshape(self.size, len(self.u))
@@ -109,3 +166,4 @@ class IRTEstimator(Estimator):
         self.level = float(state["level"])
         prior = np.asarray(state["prior"], dtype=float)
         self.prior = np.broadcast_to(prior, self.prior.shape).copy()  # a 1-D prior: states before groups
+        self.beta = np.asarray(state.get("beta", np.zeros(len(self.beta))), dtype=float)

@@ -68,7 +68,7 @@ _READERS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     ("estimator", ("beta", "irt")): ("posterior_decay",),
     ("estimator", ("two_scale_beta",)): ("vade_fast_decay", "vade_slow_decay", "vade_fast_weight"),
     ("estimator", ("window", "last_visit", "rank")): ("estimator_window",),
-    ("estimator", ("irt",)): ("group_prior",),
+    ("estimator", ("irt",)): ("group_prior", "length_prior"),
     ("selector", ("posterior",)): ("selection_score", "candidate_factor", "stratify"),
     ("selector", ("filter",)): ("dapo_max_rounds", "dapo_oversample"),
     ("selector", ("skip",)): tuple(f"greso_{k}" for k in (
@@ -112,6 +112,7 @@ def make_planner(
     num_generations: int,
     max_completion_length: int,
     seed: int,
+    prompt_lengths: list[int] | None = None,
 ) -> ComposedPlanner:
     """Build the planner that `cfg` (a PlannerConfig) names."""
     if cfg.strategy not in PRESETS:
@@ -125,7 +126,7 @@ def make_planner(
     if cfg.stratify_rollouts is None:  # resolved once, so every part reads the preset's choice
         cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})
     size = len(uids)
-    est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids))
+    est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids), prompt_lengths)
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
                         stratify)

@@ -113,6 +113,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     try:
         rows = [parse_strategy(s) for s in args.strategies]
+        for text, (_, over) in zip(args.strategies, rows):
+            if over.get("length_prior"):
+                raise ValueError(f"strategy '{text}': length_prior reads the prompts' token lengths, which the "
+                                 "simulated prompts do not have")
     except ValueError as e:
         print(f"error: {e}")
         return 2

@@ -1,7 +1,11 @@
-"""The default job (`rollwise train`, 40 steps) with the uniform and the adaptive planner, paired by seed.
+"""The default job (`rollwise train`, 40 steps) with two planners, paired by seed (by default the
+uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE...] as in
+`rollwise simulate`, and the table reports B - A).
 
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3            # 8 runs, two side by side, ~85 min
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3 --report   # the table from finished runs
+    .venv/bin/python bench/default_planner.py --variants adaptive adaptive:screen_threshold=0.7 --seeds 30 31 \
+        --out bench/out/screen_threshold
 
 Both strategies run the same number of steps (the default job is bounded by steps and time, not
 tokens), one torch thread each, so that two runs share the 2 cores. Each run is
@@ -23,13 +27,19 @@ from pathlib import Path
 STRATEGIES = ("uniform", "adaptive")
 
 
-def train(out: Path, seed: int, strategy: str) -> None:
-    name = f"{strategy}-seed{seed}"
+def run_name(variant: str, seed: int) -> str:
+    return f"{variant.replace(':', '_').replace('=', '-')}-seed{seed}"
+
+
+def train(out: Path, seed: int, variant: str) -> None:
+    name = run_name(variant, seed)
     if (out / name / "metrics.jsonl").is_file() and result(out / name):
         print(f"{name}: done already", flush=True)
         return
+    strategy, *keys = variant.split(":")
     cmd = [sys.executable, "-m", "rollwise", "train", f"run.seed={seed}", f"planner.strategy={strategy}",
-           "run.torch_threads=1", f"run.output_dir={out}", f"run.name={name}", "run.progress=false"]
+           "run.torch_threads=1", f"run.output_dir={out}", f"run.name={name}", "run.progress=false",
+           *[f"planner.{k}" for k in keys]]
     if (out / name / "checkpoints").is_dir() and any((out / name / "checkpoints").iterdir()):
         cmd[4:] = ["--resume", str(out / name)]  # a killed run continues from its last checkpoint
     with open(out / f"{name}.log", "w") as log:
@@ -49,18 +59,19 @@ def result(run_dir: Path) -> dict | None:
             "len_last": statistics.mean(r["rollout/response_len_mean"] for r in steps[-5:])}
 
 
-def report(out: Path, seeds: list[int]) -> int:
-    runs = {(s, st): result(out / f"{st}-seed{s}") for s in seeds for st in STRATEGIES
-            if (out / f"{st}-seed{s}" / "metrics.jsonl").is_file()}
-    lines = ["| seed | before | uniform after (gain) | adaptive after (gain) | adaptive - uniform | rollout tokens "
-             "uniform / adaptive | response length, last 5 steps, uniform / adaptive |", "|---|---|---|---|---|---|---|"]
-    diffs, gains = [], {st: [] for st in STRATEGIES}
+def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES) -> int:
+    first, second = variants
+    runs = {(s, st): result(out / run_name(st, s)) for s in seeds for st in variants
+            if (out / run_name(st, s) / "metrics.jsonl").is_file()}
+    lines = [f"| seed | before | {first} after (gain) | {second} after (gain) | {second} - {first} | rollout tokens "
+             f"{first} / {second} | response length, last 5 steps, {first} / {second} |", "|---|---|---|---|---|---|---|"]
+    diffs, gains = [], {st: [] for st in variants}
     for s in seeds:
-        u, a = runs.get((s, "uniform")), runs.get((s, "adaptive"))
+        u, a = runs.get((s, first)), runs.get((s, second))
         if not (u and a):
             continue
         diffs.append(a["after"] - u["after"])
-        for st, r in (("uniform", u), ("adaptive", a)):
+        for st, r in ((first, u), (second, a)):
             gains[st].append(r["after"] - r["before"])
         lines.append(f"| {s} | {u['before']:.1%} | {u['after']:.1%} ({100 * (u['after'] - u['before']):+.1f}) "
                      f"| {a['after']:.1%} ({100 * (a['after'] - a['before']):+.1f}) | {100 * diffs[-1]:+.1f} "
@@ -70,11 +81,11 @@ def report(out: Path, seeds: list[int]) -> int:
         return 1
     table = "\n".join(lines)
     mean_gain = {st: 100 * statistics.mean(g) for st, g in gains.items()}
-    summary = (f"mean gain: uniform {mean_gain['uniform']:+.1f}, adaptive {mean_gain['adaptive']:+.1f} points; "
-               f"adaptive - uniform {100 * statistics.mean(diffs):+.1f}")
+    summary = (f"mean gain: {first} {mean_gain[first]:+.1f}, {second} {mean_gain[second]:+.1f} points; "
+               f"{second} - {first} {100 * statistics.mean(diffs):+.1f}")
     if len(diffs) > 1:
         se = 100 * statistics.stdev(diffs) / len(diffs) ** 0.5
-        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE), adaptive ahead on "
+        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE), {second} ahead on "
                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")
     print(table + "\n\n" + summary)
     (out / "table.md").write_text(table + "\n\n" + summary + "\n")
@@ -85,15 +96,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--out", default="bench/out/default_planner")
+    ap.add_argument("--variants", nargs=2, default=list(STRATEGIES), metavar=("A", "B"),
+                    help="the two planners, NAME[:KEY=VALUE...] (default: uniform adaptive); the table reports B - A")
     ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
     args = ap.parse_args()
     out = Path(args.out)
+    variants = tuple(args.variants)
     if not args.report:
         out.mkdir(parents=True, exist_ok=True)
-        jobs = [(s, st) for s in args.seeds for st in STRATEGIES]
+        jobs = [(s, st) for s in args.seeds for st in variants]
         with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
             list(pool.map(lambda job: train(out, *job), jobs))
-    return report(out, args.seeds)
+    return report(out, args.seeds, variants)
 
 
 if __name__ == "__main__":

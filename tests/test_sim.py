@@ -214,6 +214,52 @@ def test_oracle_estimator_reads_the_world_and_beats_the_belief() -> None:
     assert oracle.effective / oracle.generated > belief.effective / belief.generated + 0.1
 
 
+def test_partial_oracles_know_seen_prompts_only() -> None:
+    from rollwise.planner.irt import IRTEstimator
+    from rollwise.sim.oracle import make_oracle, split_oracle
+
+    w = World(SimParams(n_train=20, n_eval=4, unsolvable=0.0), 0, 4, 8)
+    idx = np.arange(4)
+    now, visit = make_oracle("oracle_seen", w, IRTEstimator(20)), make_oracle("oracle_visit", w, IRTEstimator(20))
+    belief = IRTEstimator(20).mean(idx)
+    assert np.allclose(now.mean(idx), belief) and np.allclose(visit.mean(idx), belief)  # nothing seen yet
+    for est in (now, visit):
+        est.update(1, 3, 8)
+        est.after_step()
+    at_visit = w.solve_rate(np.array([1]))[0]
+    w.theta += 1.0  # the policy improves after the visit
+    assert now.mean(idx)[1] == pytest.approx(w.solve_rate(np.array([1]))[0])  # follows the policy
+    assert visit.mean(idx)[1] == pytest.approx(at_visit) != pytest.approx(w.solve_rate(np.array([1]))[0])
+    assert now.mean(idx)[0] == pytest.approx(now.belief.mean(idx)[0])  # unseen: the preset's own belief
+    assert now.count(idx)[1] > 1e5 and now.count(idx)[0] == 0
+    assert now.expect(idx, lambda p: p * 2, np.random.default_rng(0))[1] == pytest.approx(2 * now.mean(idx)[1])
+    assert split_oracle({"estimator": "oracle_visit", "screen_size": 1}) == ({"screen_size": 1}, "oracle_visit")
+    assert split_oracle({"estimator": "irt"}) == ({"estimator": "irt"}, None)
+    with pytest.raises(ValueError, match="allowed: oracle, oracle_seen, oracle_visit"):
+        make_oracle("oracle_future", w, IRTEstimator(20))
+
+
+def test_partial_oracles_rank_between_belief_and_oracle() -> None:
+    spec = RunSpec("adaptive", 0, steps=40, prompts_per_step=8, params=SimParams(n_train=256, n_eval=64))
+    ratio = {}
+    for kind in ("irt", "oracle_seen", "oracle"):
+        r = run_one(replace(spec, planner={"estimator": kind}))
+        ratio[kind] = r.effective / r.generated
+    assert ratio["irt"] < ratio["oracle_seen"] < ratio["oracle"]
+
+
+def test_effective_ratio_of_trained_samples() -> None:
+    """The issue's definition (share of trained samples) next to ours (of generated): equal when
+    every group is trained on, 1 for DAPO's filter, which drops the groups that teach nothing."""
+    spec = RunSpec("uniform", 0, steps=10, prompts_per_step=8, params=SimParams(n_train=128, n_eval=32))
+    uni, dapo = run_one(spec), run_one(replace(spec, strategy="dapo"))
+    assert uni.trained == uni.generated
+    assert dapo.trained < dapo.generated and dapo.effective == dapo.trained
+    s = summarize({"uniform": [uni], "dapo": [dapo]}, "rollouts", None)
+    assert s["dapo"]["effective_trained"].mean == 1.0
+    assert s["uniform"]["effective_trained"].mean == pytest.approx(s["uniform"]["effective"].mean)
+
+
 def test_parse_strategy() -> None:
     assert parse_strategy("mopps:candidate_factor=16:estimator=irt") == (
         "mopps", {"candidate_factor": 16, "estimator": "irt"})
@@ -226,6 +272,7 @@ def test_parse_strategy() -> None:
     with pytest.raises(ValueError, match="unknown config key 'planner.candidate_factr'.*candidate_factor"):
         parse_strategy("mopps:candidate_factr=4")
     assert parse_strategy("adaptive:estimator=oracle") == ("adaptive", {"estimator": "oracle"})
+    assert parse_strategy("adaptive:estimator=oracle_seen") == ("adaptive", {"estimator": "oracle_seen"})
     assert parse_strategy("adaptive:length_prior=true") == ("adaptive", {"length_prior": True})  # real-data benches
 
 

@@ -59,7 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = SimParams()
     p.add_argument("--strategies", nargs="+", default=list(STRATEGIES), metavar="NAME[:KEY=VALUE...]",
                    help="Strategies to compare; ':key=value' sets planner config fields for one row; "
-                   "':estimator=oracle' (simulator only) gives the preset the true solve rates, a ceiling "
+                   "':estimator=oracle' (simulator only) gives the preset the true solve rates, a ceiling; "
+                   "'oracle_seen' and 'oracle_visit' only those of prompts rolled out before (now, or at their "
+                   "last visit) "
                    f"(default: all: {' '.join(STRATEGIES)}).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
     p.add_argument("--seed-offset", type=int, default=0, help="First seed (default 0).")

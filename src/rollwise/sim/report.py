@@ -94,6 +94,7 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
             "final": bootstrap(curves[:, -1]),
             "auc": bootstrap(curves.mean(axis=1)),
             "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
+            "effective_trained": bootstrap(np.array([r.effective / max(r.trained, 1) for r in runs])),
             "all_wrong": bootstrap(np.array([r.all_wrong for r in runs])),
             "all_correct": bootstrap(np.array([r.all_correct for r in runs])),
         }
@@ -107,6 +108,7 @@ COLUMNS = [
     ("final held-out acc", "final", 1.0, 3),
     ("AUC (mean acc)", "auc", 1.0, 3),
     ("effective ratio", "effective", 1.0, 2),
+    ("effective ratio of trained", "effective_trained", 1.0, 2),
     ("all-wrong share", "all_wrong", 1.0, 2),
 ]
 
@@ -131,11 +133,15 @@ def print_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int, titl
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
+    rows = table_rows(summary, seeds)
+    name_width = min(60, max(len(r[0]) for r in rows) if rows else 8)
     for i, h in enumerate(headers(unit)):
-        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold", max_width=60 if i == 0 else None)
-    for row in table_rows(summary, seeds):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=i > 0, overflow="fold",
+                     min_width=name_width if i == 0 else None, max_width=60 if i == 0 else None)
+    for row in rows:
         t.add_row(*row)
-    Console(width=max(200, Console().width)).print(t)
+    # wide enough for every column on one line: a narrow terminal scrolls rather than hiding the names
+    Console(width=max(name_width + 220, Console().width)).print(t)
 
 
 def markdown_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int) -> str:

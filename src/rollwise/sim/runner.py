@@ -22,7 +22,7 @@ import numpy as np
 
 from rollwise.config import PlannerConfig
 from rollwise.planner import build_planner
-from rollwise.sim.oracle import OracleEstimator, split_oracle
+from rollwise.sim.oracle import make_oracle, split_oracle
 from rollwise.sim.world import SimParams, World
 
 
@@ -54,6 +54,7 @@ class RunResult:
     notes: int  # steps that ended with a planner note
     budget_total: float
     latency: np.ndarray | None = None  # cumulative decode steps on the critical path (module docstring)
+    trained: int = 0  # rollouts in the groups trained on (the effective ratio: effective / trained)
 
 
 def default_budget(spec: RunSpec) -> int:
@@ -73,11 +74,11 @@ def run_one(spec: RunSpec) -> RunResult:
     cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **over)
     planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
                             spec.params.max_len, spec.seed)
-    if oracle:  # simulator only: the true solve rates, as a ceiling for the strategy
-        planner.estimator = OracleEstimator(world)
+    if oracle:  # simulator only: (some of) the true solve rates, as a ceiling for the strategy
+        planner.estimator = make_oracle(oracle, world, planner.estimator)
     total = float(spec.steps * budget)
     rollouts, tokens, acc, latency = [0.0], [0.0], [world.eval_accuracy()], [0.0]
-    eff = gen = notes = 0
+    eff = gen = trained = notes = 0
     wrong, correct = [], []
     for step in range(spec.steps * 20):
         groups, took = play_step(planner, world, step, spec.overlap)
@@ -87,6 +88,7 @@ def run_one(spec: RunSpec) -> RunResult:
         m = planner.metrics()
         gen += int(m["rollout/rollouts"])
         eff += int(round(m["planner/effective_ratio"] * m["rollout/rollouts"]))
+        trained += int(m["planner/trained_samples"])
         wrong.append(m["planner/all_wrong_share"])
         correct.append(m["planner/all_correct_share"])
         notes += bool(out.notes)
@@ -97,7 +99,7 @@ def run_one(spec: RunSpec) -> RunResult:
         if spent >= total:
             break
     return RunResult(spec.strategy, spec.seed, np.array(rollouts), np.array(tokens), np.array(acc), eff, gen,
-                     float(np.mean(wrong)), float(np.mean(correct)), notes, total, np.array(latency))
+                     float(np.mean(wrong)), float(np.mean(correct)), notes, total, np.array(latency), trained)
 
 
 def play_step(planner: Any, world: World, step: int, overlap: bool) -> tuple[dict[str, list[float]], int]:

@@ -96,6 +96,34 @@ def test_task_difficulty_keeps_the_total_spread_and_the_world_without_tasks() ->
         World(SimParams(**big, tasks=3, transfer=1.5), 0, 4, 4)
 
 
+def test_prompt_feature_explains_its_share_of_difficulty_and_leaves_the_world_unchanged() -> None:
+    big = dict(n_train=20000, n_eval=10)
+    plain, featured = World(SimParams(**big), 5, 4, 4), World(SimParams(**big, feature_r2=0.5), 5, 4, 4)
+    for name in ("b", "a", "solvable"):
+        assert np.array_equal(getattr(plain, name), getattr(featured, name))
+    assert not plain.feature.any()
+    assert np.corrcoef(featured.feature, featured.b)[0, 1] ** 2 == pytest.approx(0.5, abs=0.02)
+    assert np.std(featured.feature) == pytest.approx(1.0, abs=0.03)
+    with pytest.raises(ValueError, match="feature_r2"):
+        World(SimParams(**big, feature_r2=1.5), 0, 4, 4)
+
+
+def test_length_prior_reads_the_simulated_feature(monkeypatch) -> None:
+    """With a feature that is the difficulty itself, the irt prior learns that a higher feature means a
+    harder prompt, and the planner's rollouts land on informative groups more often than without."""
+    params = SimParams(n_train=256, n_eval=64, feature_r2=1.0)
+    spec = RunSpec("adaptive", 0, steps=40, prompts_per_step=8, params=params)
+    import rollwise.sim.runner as runner_mod
+
+    built, orig = [], runner_mod.build_planner
+    monkeypatch.setattr(runner_mod, "build_planner", lambda *a, **k: built.append(orig(*a, **k)) or built[-1])
+    with_prior = run_one(replace(spec, planner={"length_prior": True}))
+    est = built[0].estimator
+    assert est.uses_covariate and est.beta[0] < -0.5  # longer (here: harder) prompts get a lower prior
+    without = run_one(spec)
+    assert with_prior.effective / with_prior.generated > without.effective / without.generated
+
+
 def test_run_is_deterministic_and_spends_the_budget() -> None:
     spec = RunSpec("mopps", 3, steps=8, prompts_per_step=4, num_generations=4, params=SMALL)
     a, b = run_one(spec), run_one(spec)
@@ -304,7 +332,11 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     assert "task_sd" in capsys.readouterr().out
     lengths = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--quiet"])
     assert lengths.func(lengths) == 2
-    assert "token lengths" in capsys.readouterr().out
+    assert "--feature-r2" in capsys.readouterr().out
+    featured = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--seeds", "1",
+                                  "--steps", "3", "--prompts-per-step", "4", "--pool", "48", "--eval-size", "16",
+                                  "--feature-r2", "0.5", "--out", str(tmp_path), "--quiet"])
+    assert featured.func(featured) == 0
 
 
 def test_report_panels_cover_the_planner_metrics() -> None:

@@ -32,7 +32,7 @@ def build_planner(
     num_generations: int,
     max_completion_length: int,
     seed: int,
-    prompt_lengths: list[int] | None = None,
+    prompt_lengths: list[int] | list[float] | None = None,
 ) -> Planner:
     """Build the planner named by `cfg.strategy` (parts overridable in `cfg`).
 

@@ -221,7 +221,7 @@ def rank_by_mean(est: Estimator, idx: np.ndarray) -> np.ndarray:
 
 
 def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None,
-                   prompt_lengths: list[int] | None = None) -> Estimator:
+                   prompt_lengths: list[int] | list[float] | None = None) -> Estimator:
     if name == "beta":
         return BetaEstimator(size, cfg.posterior_decay)
     if name == "two_scale_beta":

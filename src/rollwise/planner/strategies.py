@@ -112,7 +112,7 @@ def make_planner(
     num_generations: int,
     max_completion_length: int,
     seed: int,
-    prompt_lengths: list[int] | None = None,
+    prompt_lengths: list[int] | list[float] | None = None,
 ) -> ComposedPlanner:
     """Build the planner that `cfg` (a PlannerConfig) names."""
     if cfg.strategy not in PRESETS:

@@ -102,6 +102,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transfer", type=float, default=d.transfer,
                    help=f"With --tasks: share of a step's skill gain that reaches every task; the rest goes to "
                         f"the tasks trained on, in proportion to their effective samples (default {d.transfer}).")
+    p.add_argument("--feature-r2", type=float, default=d.feature_r2,
+                   help="Give each prompt a feature seen before any rollout (a stand-in for its token length, "
+                        "read by the planner's length_prior) that explains this share of the variance of prompt "
+                        "difficulty; 0 = none (default 0).")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -116,16 +120,16 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         rows = [parse_strategy(s) for s in args.strategies]
         for text, (_, over) in zip(args.strategies, rows):
-            if over.get("length_prior"):
-                raise ValueError(f"strategy '{text}': length_prior reads the prompts' token lengths, which the "
-                                 "simulated prompts do not have")
+            if over.get("length_prior") and not args.feature_r2:
+                raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
+                                 "length in training); give the simulated prompts one with --feature-r2 R2")
     except ValueError as e:
         print(f"error: {e}")
         return 2
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
-                       transfer=args.transfer)
+                       transfer=args.transfer, feature_r2=args.feature_r2)
     try:
         World(params, 0, args.prompts_per_step, args.num_generations)
     except ValueError as e:

@@ -72,8 +72,9 @@ def run_one(spec: RunSpec) -> RunResult:
     key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
     over, oracle = split_oracle(spec.planner)
     cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **over)
+    feature = world.feature[: spec.params.n_train].tolist() if spec.params.feature_r2 > 0 else None
     planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
-                            spec.params.max_len, spec.seed)
+                            spec.params.max_len, spec.seed, prompt_lengths=feature)
     if oracle:  # simulator only: (some of) the true solve rates, as a ceiling for the strategy
         planner.estimator = make_oracle(oracle, world, planner.estimator)
     total = float(spec.steps * budget)

@@ -8,6 +8,10 @@ times the chance that a correct response fits under the length cap. theta is the
 (shared by training and held-out prompts), delta_i a per-prompt offset that training on the
 prompt raises (memorisation) and that drifts, b_i the difficulty, a_i the discrimination.
 
+With `feature_r2` > 0 each prompt has a feature that the planner sees before any rollout (a
+stand-in for a prompt's token length, which `planner.length_prior` reads): a standard normal
+with correlation sqrt(feature_r2) to its difficulty b_i over the pool.
+
 With `tasks` = K > 0 the prompts belong to K tasks (uids "k<t>:t<i>", so the planner's
 stratification and per-task priors see them): a share of the difficulty spread is the task's
 (b_i = c_t + e_i, sd(c) = task_sd, sd(c + e) = difficulty_sd), and each task has a skill of
@@ -64,6 +68,7 @@ class SimParams:
     tasks: int = 0  # 0 = one pool; K > 0: K tasks with their own difficulty and skill (module docstring)
     task_sd: float = 1.5  # sd of a task's difficulty offset (part of difficulty_sd)
     transfer: float = 0.5  # share of a step's skill gain that reaches every task
+    feature_r2: float = 0.0  # share of the difficulty variance that a feature seen before any rollout explains
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -92,6 +97,13 @@ class World:
             self.task = trng.integers(0, k, m)
             shared = trng.normal(0.0, params.task_sd, k)
             self.b = self.b * math.sqrt(1.0 - (params.task_sd / params.difficulty_sd) ** 2) + shared[self.task]
+        if not 0.0 <= params.feature_r2 <= 1.0:
+            raise ValueError(f"feature_r2 must be in [0, 1], got {params.feature_r2}")
+        self.feature = np.zeros(m)  # with feature_r2 > 0: a prompt's feature, corr(feature, b) = sqrt(feature_r2)
+        if params.feature_r2 > 0:  # a separate stream, so the world without a feature stays the same for a seed
+            frng = np.random.default_rng([seed, 53])
+            r = math.sqrt(params.feature_r2)
+            self.feature = r * self.b / params.difficulty_sd + math.sqrt(1.0 - r * r) * frng.standard_normal(m)
         self.a = np.exp(rng.normal(math.log(params.discrimination), 0.25, m))
         self.solvable = rng.random(m) >= params.unsolvable
         self.delta = np.zeros(m)

@@ -17,7 +17,9 @@ overrides, as in `rollwise simulate`) has its own planner and engine built from 
 and the variants take turns going first. Weights do not change, so beliefs evolve but the
 policy does not; after the first step the variants' samples differ. Prints, per variant,
 generation seconds, rollouts, tokens, decode steps, sequences per decode step, tokens per
-second, the most rounds of one group (planner/depth), and the effective ratio. Writes
+second, the most rounds of one group (planner/depth), the effective ratio (rollouts in groups with
+reward variance) and "eff ok", the share of rollouts in groups with both correct and wrong
+responses (the default reward's partial credit makes the first larger). Writes
 bench/out/planner_rounds[_LABEL].json.
 """
 
@@ -31,10 +33,22 @@ from fixed_weights import default_job, finish  # bench/fixed_weights.py
 
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
+from rollwise.evaluate import is_correct
 from rollwise.loop import overlap_rounds, produce_batch
 from rollwise.planner import build_planner
 from rollwise.sim.command import parse_strategy
 from rollwise.training.policy import PolicyTrainer
+
+
+def mixed_correct_share(samples: list, primary: str) -> float:
+    """Share of the step's rollouts in groups with both correct and wrong responses (correct: the
+    first reward function scores 1, as in evaluation). The effective ratio counts any reward
+    variance, so it also counts groups whose only signal is the default reward's partial credit."""
+    by_uid: dict[str, list[bool]] = {}
+    for s in samples:
+        by_uid.setdefault(s.prompt_uid, []).append(is_correct(s.reward_parts, primary))
+    mixed = sum(len(v) for v in by_uid.values() if any(v) and not all(v))
+    return mixed / max(len(samples), 1)
 
 
 def main() -> None:
@@ -64,7 +78,8 @@ def main() -> None:
         setups[v] = (engine, planner, RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature))
     trainer = PolicyTrainer(cfg, copy.deepcopy(run.model), run.tokenizer.pad_token_id) if args.train else None
     warm = trainer is None
-    keys = ("gen_s", "rollouts", "tokens", "decode_calls", "decode_tokens", "depth", "effective", "train_s", "trained")
+    keys = ("gen_s", "rollouts", "tokens", "decode_calls", "decode_tokens", "depth", "effective", "effective_correct",
+            "train_s", "trained")
     tot = {v: dict.fromkeys(keys, 0.0) for v in args.variants}
     for step in range(args.steps):
         for v in (args.variants if step % 2 == 0 else args.variants[::-1]):
@@ -81,6 +96,7 @@ def main() -> None:
             t["decode_tokens"] += engine.stats["decode_tokens"] - s0["decode_tokens"]
             t["depth"] += m.get("planner/depth", 1.0) / args.steps
             t["effective"] += m.get("planner/effective_ratio", 0.0) / args.steps
+            t["effective_correct"] += mixed_correct_share(p.generated, run.primary) / args.steps
             if trainer is not None:
                 b = copy.deepcopy(p.batch)
                 trainer.compute_advantages(b)
@@ -96,12 +112,12 @@ def main() -> None:
     weights = args.checkpoint or "base model"
     print(f"\n{args.steps} steps, weights: {weights}, {args.dtype}")
     print(f"{'variant':40s} {'gen s':>6s} {'rollouts':>8s} {'tokens':>7s} {'decode':>6s} {'seq/dec':>7s} "
-          f"{'tok/s':>6s} {'depth':>5s} {'eff':>5s}" + (f" {'train s':>7s} {'fwd seq':>7s}" if trainer else ""))
+          f"{'tok/s':>6s} {'depth':>5s} {'eff':>5s} {'eff ok':>6s}" + (f" {'train s':>7s} {'fwd seq':>7s}" if trainer else ""))
     for v, t in tot.items():
         t["tokens_per_s"] = t["tokens"] / t["gen_s"]
         print(f"{v:40s} {t['gen_s']:6.1f} {t['rollouts']:8.0f} {t['tokens']:7.0f} {t['decode_calls']:6.0f} "
               f"{t['decode_tokens'] / max(t['decode_calls'], 1):7.1f} {t['tokens_per_s']:6.0f} {t['depth']:5.2f} "
-              f"{t['effective']:5.2f}" + (f" {t['train_s']:7.1f} {t['trained']:7.0f}" if trainer else ""))
+              f"{t['effective']:5.2f} {t['effective_correct']:6.2f}" + (f" {t['train_s']:7.1f} {t['trained']:7.0f}" if trainer else ""))
     finish(run, "planner_rounds", args.label, {"args": vars(args), "totals": tot})
 
 

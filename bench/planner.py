@@ -8,7 +8,8 @@
     .venv/bin/python bench/planner.py --report --versus adaptive    # also paired with adaptive
 
 Each strategy trains SmolLM2-135M-Instruct on the default task mixture (five reasoning-gym
-tasks whose base solve rates run from about 5% to 45%) drawn into a pool of `--train-size`
+tasks: the base model solves 5-10% of samples at temperature 1, 2-30% per task greedily;
+bench/task_rates.py) drawn into a pool of `--train-size`
 prompts. The rollout-token budget is the same for every strategy of a seed: what uniform
 generates in `--uniform-steps` steps of that seed (uniform runs first), or `--tokens` if
 given. Greedy held-out accuracy is measured every `--eval-every` steps on the same held-out

@@ -31,6 +31,29 @@ def default_job(prefix: str, checkpoint: str | None = None, dtype: str = "float3
     return run, cfg
 
 
+def count_correct(run, cfg, uids: list[str], samples: int, chunk: int = 32, progress: bool = False) -> dict[str, int]:
+    """Correct answers (the first reward function scores 1, as in evaluation) out of `samples`
+    sampled responses to each prompt of `uids`, at the config's sampling settings, `chunk`
+    prompts per engine call."""
+    from rollwise.engine.executor import RolloutExecutor
+    from rollwise.evaluate import is_correct
+    from rollwise.planner.base import Request
+
+    ex = RolloutExecutor(run.engine, run.ids_by_uid, cfg.rollout.max_completion_length, cfg.rollout.temperature)
+    correct = dict.fromkeys(uids, 0)
+    for i in range(0, len(uids), chunk):
+        out = ex.generate([Request(u, samples) for u in uids[i:i + chunk]], first_round=True)
+        owners = [u for u, outs in out.groups.items() for _ in outs]
+        texts = [run.tokenizer.decode(o.response_ids, skip_special_tokens=True)
+                 for outs in out.groups.values() for o in outs]
+        scored = run.runner.score(texts, [run.items_by_uid[u] for u in owners])
+        for u, parts in zip(owners, scored.parts):
+            correct[u] += int(is_correct(parts, run.primary))
+        if progress:
+            print(f"{min(i + chunk, len(uids))}/{len(uids)} prompts", flush=True)
+    return correct
+
+
 def finish(run, name: str, label: str, result: dict) -> None:
     """Stop the reward worker and write bench/out/NAME[_LABEL].json."""
     run.runner.close()

@@ -35,11 +35,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from fixed_weights import default_job  # bench/fixed_weights.py
-
-from rollwise.engine.executor import RolloutExecutor
-from rollwise.evaluate import is_correct
-from rollwise.planner.base import Request
+from fixed_weights import count_correct, default_job  # bench/fixed_weights.py
 
 
 def logistic_fit(x: np.ndarray, c: np.ndarray, n: int, iters: int = 50, ridge: float = 1e-3) -> np.ndarray:
@@ -142,18 +138,7 @@ def main() -> None:
     run, cfg = default_job("prior-features-", dtype="bfloat16")
     rng = np.random.default_rng(0)
     uids = [str(u) for u in rng.choice(list(run.ids_by_uid), args.prompts, replace=False)]
-    ex = RolloutExecutor(run.engine, run.ids_by_uid, cfg.rollout.max_completion_length, cfg.rollout.temperature)
-    correct: dict[str, int] = {}
-    for i in range(0, len(uids), 32):
-        chunk = uids[i:i + 32]
-        out = ex.generate([Request(u, args.samples) for u in chunk], first_round=True)
-        owners = [u for u, outs in out.groups.items() for _ in outs]
-        texts = [run.tokenizer.decode(o.response_ids, skip_special_tokens=True)
-                 for outs in out.groups.values() for o in outs]
-        scored = run.runner.score(texts, [run.items_by_uid[u] for u in owners])
-        for u, parts in zip(owners, scored.parts):
-            correct[u] = correct.get(u, 0) + int(is_correct(parts, run.primary))
-        print(f"{i + len(chunk)}/{len(uids)} prompts", flush=True)
+    correct = count_correct(run, cfg, uids, args.samples, progress=True)
     run.runner.close()
     n = args.samples
     tasks = [run.items_by_uid[u].task for u in uids]

@@ -39,30 +39,27 @@ from rollwise.sim.world import SimParams
 VARIANTS = ["uniform", "mopps", "adaptive", "adaptive:stratify_rollouts=false", "adaptive:estimator=oracle"]
 
 
-def rate_moments(skill0: float, sd: float, z: np.ndarray, a: np.ndarray) -> tuple[float, float]:
-    q = 1.0 / (1.0 + np.exp(-a * (skill0 - sd * z)))
-    return float(q.mean()), float(q.std())
+def true_rates(skill0: float, sd: float, discrimination: float, size: int, seed: int) -> np.ndarray:
+    """Solve rates of `size` prompts of the simulator's item-response model (no unsolvable share)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(size)
+    a = np.exp(rng.normal(np.log(discrimination), 0.25, size))
+    return 1.0 / (1.0 + np.exp(-a * (skill0 - sd * z)))
 
 
 def fit(mean: float, sd_true: float, discrimination: float) -> tuple[float, float]:
     """(skill0, difficulty_sd) whose true solve rates have this mean and sd (grid, 0.05 steps)."""
-    rng = np.random.default_rng(0)
-    z = rng.standard_normal(100_000)
-    a = np.exp(rng.normal(np.log(discrimination), 0.25, z.size))
     best = (np.inf, 0.0, 0.0)
     for s0 in np.arange(-4.5, -0.95, 0.05):
         for sd in np.arange(0.0, 2.01, 0.05):
-            m, s = rate_moments(s0, sd, z, a)
-            best = min(best, ((m - mean) ** 2 + (s - sd_true) ** 2, round(float(s0), 2), round(float(sd), 2)))
+            q = true_rates(s0, sd, discrimination, 100_000, 0)
+            best = min(best, ((q.mean() - mean) ** 2 + (q.std() - sd_true) ** 2, round(float(s0), 2), round(float(sd), 2)))
     return best[1], best[2]
 
 
 def histogram(skill0: float, sd: float, discrimination: float, n: int) -> np.ndarray:
-    rng = np.random.default_rng(1)
-    z = rng.standard_normal(200_000)
-    a = np.exp(rng.normal(np.log(discrimination), 0.25, z.size))
-    q = 1.0 / (1.0 + np.exp(-a * (skill0 - sd * z)))
-    return np.bincount(rng.binomial(n, q), minlength=n + 1) / z.size
+    q = true_rates(skill0, sd, discrimination, 200_000, 1)
+    return np.bincount(np.random.default_rng(2).binomial(n, q), minlength=n + 1) / q.size
 
 
 def columns(md: str, keep: list[str]) -> str:

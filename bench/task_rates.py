@@ -22,12 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fixed_weights import count_correct  # bench/fixed_weights.py
 
 from rollwise.config import DEFAULT_TASKS, build_config
-from rollwise.engine.executor import RolloutExecutor
-from rollwise.evaluate import is_correct
 from rollwise.loop import setup
-from rollwise.planner.base import Request
 
 _ARITH = {"allow_negation": False, "allow_parentheses": False}
 VARIANTS: list[dict] = [
@@ -51,16 +49,7 @@ def measure(task: dict, prompts: int, samples: int) -> dict:
                         "data": {"tasks": [task], "train_size": prompts, "eval_size": 8}})
     run = setup(cfg)
     try:
-        uids = list(run.ids_by_uid)[:prompts]
-        ex = RolloutExecutor(run.engine, run.ids_by_uid, cfg.rollout.max_completion_length, cfg.rollout.temperature)
-        out = ex.generate([Request(u, samples) for u in uids], first_round=True)
-        owners = [u for u, outs in out.groups.items() for _ in outs]
-        texts = [run.tokenizer.decode(o.response_ids, skip_special_tokens=True)
-                 for outs in out.groups.values() for o in outs]
-        scored = run.runner.score(texts, [run.items_by_uid[u] for u in owners])
-        count = dict.fromkeys(uids, 0)
-        for u, parts in zip(owners, scored.parts):
-            count[u] += int(is_correct(parts, run.primary))
+        count = count_correct(run, cfg, list(run.ids_by_uid)[:prompts], samples, chunk=prompts)
     finally:
         run.runner.close()
     k = np.array(list(count.values()))

@@ -98,33 +98,29 @@ class SeenOracleEstimator(Estimator):
     def after_step(self) -> None:
         self.belief.after_step()
 
-    def _split(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = np.atleast_1d(idx)
+    def _overlay(self, idx: np.ndarray, of_belief: np.ndarray, f: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """`of_belief` (the belief's values for idx) with f(truth) in place for the seen prompts."""
         known = self.seen[idx]
         truth = self.world.solve_rate(idx[known]) if self.current else self.at_visit[idx[known]]
-        return idx, known, truth
+        out = np.asarray(of_belief, dtype=float).copy()
+        out[known] = f(truth)
+        return out
 
     def mean(self, idx: np.ndarray) -> np.ndarray:
-        idx, known, truth = self._split(idx)
-        out = np.asarray(self.belief.mean(idx), dtype=float).copy()
-        out[known] = truth
-        return out
+        idx = np.atleast_1d(idx)
+        return self._overlay(idx, self.belief.mean(idx), lambda p: p)
 
     def count(self, idx: np.ndarray) -> np.ndarray:
         idx = np.atleast_1d(idx)
         return np.where(self.seen[idx], 1e6, self.belief.count(idx))
 
     def sample(self, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        idx, known, truth = self._split(idx)
-        out = np.asarray(self.belief.sample(idx, rng), dtype=float).copy()
-        out[known] = truth
-        return out
+        idx = np.atleast_1d(idx)
+        return self._overlay(idx, self.belief.sample(idx, rng), lambda p: p)
 
     def expect(self, idx: np.ndarray, f: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator) -> np.ndarray:
-        idx, known, truth = self._split(idx)
-        out = np.asarray(self.belief.expect(idx, f, rng), dtype=float).copy()
-        out[known] = f(truth)
-        return out
+        idx = np.atleast_1d(idx)
+        return self._overlay(idx, self.belief.expect(idx, f, rng), f)
 
     def state_dict(self) -> dict[str, Any]:
         return {}

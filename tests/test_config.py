@@ -44,6 +44,24 @@ def test_wrong_type_and_impossible_values():
         load_config(None, ["reward.functions=[{name: nope}]"])
 
 
+def test_empty_lists_and_contradictory_settings_stop_before_the_model_loads():
+    with pytest.raises(ConfigError, match="reward.functions.*at least 1"):
+        load_config(None, ["reward.functions=[]"])
+    with pytest.raises(ConfigError, match="data.tasks.*at least 1"):
+        load_config(None, ["data.tasks=[]"])
+    with pytest.raises(ConfigError, match="both set; a step's budget is in one unit"):
+        load_config(None, ["planner.budget_rollouts=32", "planner.budget_tokens=2000"])
+    with pytest.raises(ConfigError, match=r"min_samples_per_prompt \(20\) must be <= planner.max_samples_per_prompt"):
+        load_config(None, ["planner.strategy=knapsack", "planner.min_samples_per_prompt=20",
+                           "planner.max_samples_per_prompt=4"])
+    with pytest.raises(ConfigError, match="greso_explore_min"):
+        load_config(None, ["planner.strategy=greso", "planner.greso_explore_min=0.9", "planner.greso_explore_max=0.1"])
+    # a check across sections says what is wrong, without dumping the whole config
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algo.epsilon_high=0.1"])
+    assert "(got {" not in str(e.value) and "Value error" not in str(e.value) and len(str(e.value)) < 200
+
+
 def test_yaml_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("algo:\n  beta: 0.1\ntrain:\n  max_steps: 3\n")

@@ -130,7 +130,8 @@ def test_file_task(tmp_path: Path, fmt: str, caplog: pytest.LogCaptureFixture) -
     with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
         train, evals = build_items(cfg, seed=0)
     assert "skipped 3 malformed rows" in caplog.text
-    assert len(evals) == 2 and len(train) == 8  # eval capped at 20% of the 10 valid rows
+    assert len(evals) == 2 and len(train) == 8  # eval capped at 20% of the 10 valid rows, and said so
+    assert "wanted 5 held-out rows, keeping 2" in caplog.text
     expected = {f"What is {i} + {i}?": str(2 * i) for i in range(10)}
     assert {i.question: i.answer for i in train + evals} == expected
     assert not {i.question for i in train} & {i.question for i in evals}
@@ -159,6 +160,10 @@ def test_file_task_errors(tmp_path: Path) -> None:
     bad.write_text("\n".join(json.dumps(r) for r in MALFORMED) + "\n")
     with pytest.raises(ConfigError, match="no valid rows"):
         build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(bad))]), seed=0)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", answer: 2\n')
+    with pytest.raises(ConfigError, match=r"could not read .*broken.jsonl.*JSON"):
+        build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(broken))]), seed=0)
 
 
 # ------------------------------------------------------------------ prompts

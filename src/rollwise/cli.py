@@ -27,9 +27,16 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
             overrides.append(it)
         elif config is None and (it.endswith((".yaml", ".yml")) or Path(it).is_file()):
             config = it
+        elif config is not None and (it.endswith((".yaml", ".yml")) or Path(it).is_file()):
+            raise UsageError(f"two config files ('{config}' and '{it}'): give one CONFIG.yaml and put the other's "
+                             "settings in it or as KEY=VALUE overrides")
         else:
-            raise SystemExit(f"rollwise: error: '{it}' is neither a config file (.yaml) nor KEY=VALUE override")
+            raise UsageError(f"'{it}' is neither a config file (.yaml) nor a KEY=VALUE override")
     return config, overrides
+
+
+class UsageError(Exception):
+    """Arguments that do not fit together; main prints the message and exits with status 2."""
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -40,7 +47,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         from rollwise.loop import load_resumed_config
 
         if config:
-            raise SystemExit("rollwise: error: --resume uses the run's saved config; pass only KEY=VALUE overrides")
+            raise UsageError("--resume uses the run's saved config; pass only KEY=VALUE overrides")
         cfg = load_resumed_config(args.resume, parse_overrides(overrides))
     else:
         cfg = load_config(config, overrides)
@@ -106,8 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
     e.set_defaults(func=cmd_eval)
 
-    r = sub.add_parser("report", help="plot a run (PNG) and print its summary")
-    r.add_argument("run_dir")
+    r = sub.add_parser("report", help="plot a run (PNG) and print its summary",
+                       description="Draw a run's metrics into RUN_DIR/report.png and print its summary table.")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (runs/<name>) with a metrics.jsonl")
     r.set_defaults(func=cmd_report)
 
     o = sub.add_parser("options", help="list every config key with its default and meaning")
@@ -134,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError) as e:
+    except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
+            UsageError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("rollwise: interrupted; resume with `rollwise train --resume RUN_DIR`", file=sys.stderr)
+        hint = "; resume with `rollwise train --resume RUN_DIR`" if args.command == "train" else ""
+        print(f"rollwise: interrupted{hint}", file=sys.stderr)
         return 130
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):

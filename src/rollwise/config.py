@@ -78,7 +78,7 @@ DEFAULT_INSTRUCTION = ""
 
 class DataConfig(_Section):
     tasks: list[TaskSpec] = Field(
-        default_factory=lambda: [TaskSpec(**t) for t in DEFAULT_TASKS],
+        default_factory=lambda: [TaskSpec(**t) for t in DEFAULT_TASKS], min_length=1,
         description="Task mixture: reasoning-gym generators and/or local files.",
     )
     train_size: int = Field(4000, gt=0, description="Procedural training items drawn from the mixture.")
@@ -110,8 +110,10 @@ class RewardSpec(_Section):
 
 class RewardConfig(_Section):
     functions: list[RewardSpec] = Field(
-        default_factory=lambda: [RewardSpec(name="reasoning_gym", weight=1.0)],
-        description="Reward functions and weights; the reward is their weighted sum.",
+        default_factory=lambda: [RewardSpec(name="reasoning_gym", weight=1.0)], min_length=1,
+        description="Reward functions and weights; the reward is their weighted sum. The first one also decides "
+        "which samples count as correct (held-out accuracy, pass@k, replay, `rollout/accuracy`): a sample it "
+        "scores 1.",
     )
     timeout: float = Field(5.0, gt=0, description="Seconds one reward call may take before it scores 0.")
 
@@ -445,6 +447,16 @@ class Config(_Section):
         why = unused_options(self.planner)
         if why:
             raise ValueError(why)
+        pl = self.planner
+        if pl.budget_rollouts is not None and pl.budget_tokens is not None:
+            raise ValueError(f"planner.budget_rollouts ({pl.budget_rollouts}) and planner.budget_tokens "
+                             f"({pl.budget_tokens}) are both set; a step's budget is in one unit: keep one")
+        lo, hi = pl.min_samples_per_prompt, pl.max_samples_per_prompt
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"planner.min_samples_per_prompt ({lo}) must be <= planner.max_samples_per_prompt ({hi})")
+        if pl.greso_explore_min > pl.greso_explore_max:
+            raise ValueError(f"planner.greso_explore_min ({pl.greso_explore_min}) must be <= "
+                             f"planner.greso_explore_max ({pl.greso_explore_max})")
         r = self.rollout
         for flag in ("partial_rollouts", "speculative_reuse"):
             if getattr(r, flag) and r.engine != "continuous":
@@ -557,7 +569,10 @@ def _format_errors(err: ValidationError) -> str:
             allowed = e.get("ctx", {}).get("expected", "")
             lines.append(f"config key '{key}': got {e.get('input')!r}; allowed: {allowed}")
         else:
-            lines.append(f"config key '{key}': {e['msg']} (got {e.get('input')!r})")
+            msg = e["msg"].removeprefix("Value error, ")
+            got = e.get("input")
+            shown = "" if isinstance(got, (dict, list)) and len(repr(got)) > 80 else f" (got {got!r})"
+            lines.append(msg if key == "(config)" else f"config key '{key}': {msg}{shown}")
     return "invalid config:\n  " + "\n  ".join(lines)
 
 

@@ -14,6 +14,7 @@ from rollwise.config import Config, _merge, build_config, load_config, parse_ove
 
 def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
     from rollwise.cli import _split_args
+    from rollwise.models import looks_local
     from rollwise.training.checkpoint import latest_checkpoint
 
     config, overrides = _split_args(items)
@@ -33,6 +34,9 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
             if ckpt is None:
                 raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate")
             return cfg, ckpt
+        if not t.exists() and looks_local(target):
+            raise FileNotFoundError(f"'{target}' not found: give a run folder (runs/<name>), a checkpoint folder "
+                                    "(runs/<name>/checkpoints/step_N) or a model folder")
         overrides = [f"model.name_or_path={target}", *overrides]
     return load_config(config, overrides), ckpt
 

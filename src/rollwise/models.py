@@ -118,13 +118,21 @@ def _convert_builtin(name: str, cache_dir: Path) -> Path:
     return target
 
 
+def looks_local(name_or_path: str) -> bool:
+    """Whether a model name is meant as a local path rather than a hub id ('org/name'): it exists, starts
+    like a path, has more than one '/', or its first part is a local folder (a mistyped 'runs/name')."""
+    p = Path(name_or_path).expanduser()
+    first = name_or_path.split("/", 1)[0]
+    return (name_or_path.startswith(("/", ".", "~")) or p.exists() or name_or_path.count("/") > 1
+            or ("/" in name_or_path and bool(first) and Path(first).is_dir()))
+
+
 def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     """Built-in name -> converted local folder; local folder -> checked; else a hub id."""
     if name_or_path in BUILTIN_MODELS:
         return str(_convert_builtin(name_or_path, Path(cache_dir) if cache_dir else default_cache_dir()))
     p = Path(name_or_path).expanduser()
-    looks_local = name_or_path.startswith(("/", ".", "~")) or p.exists() or name_or_path.count("/") > 1
-    if looks_local:
+    if looks_local(name_or_path):
         if not p.is_dir():
             raise ModelError(f"model path '{name_or_path}' not found: expected a folder with config.json")
         if not (p / "config.json").is_file():

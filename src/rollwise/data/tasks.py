@@ -161,7 +161,15 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
     from datasets import load_dataset
 
     extra = {"keep_default_na": False} if fmt == "csv" else {}
-    ds = load_dataset(fmt, data_files=str(path), split="train", **extra)
+    try:
+        ds = load_dataset(fmt, data_files=str(path), split="train", **extra)
+    except OSError:  # a full disk (datasets writes a cache) is not a malformed file
+        raise
+    except Exception as e:  # datasets wraps parser errors in its own types; the cause names the line
+        cause = e.__cause__ or e.__context__ or e
+        raise ConfigError(f"data.tasks['{task.name}']: could not read '{path}' as {path.suffix} "
+                          f"({type(cause).__name__}: {str(cause)[:300]}); fix the file (one JSON object per line "
+                          "for .jsonl) or convert it") from None
     for col, key in ((task.prompt_column, "prompt_column"), (task.answer_column, "answer_column")):
         if col not in ds.column_names:
             raise ConfigError(
@@ -195,7 +203,11 @@ def _file_split(
 ) -> tuple[list[PromptItem], list[PromptItem]]:
     rows = _load_rows(task)
     random.Random(_seed(seed, label, "file")).shuffle(rows)
-    n_eval = min(n_eval, math.floor(MAX_FILE_EVAL_SHARE * len(rows)))
+    cap = math.floor(MAX_FILE_EVAL_SHARE * len(rows))
+    if n_eval > cap:
+        log.warning("task '%s': wanted %d held-out rows, keeping %d (at most %d%% of the file's %d rows are held "
+                    "out, so most stay for training)", label, n_eval, cap, round(MAX_FILE_EVAL_SHARE * 100), len(rows))
+    n_eval = min(n_eval, cap)
     head, tail = rows[: len(rows) - n_eval], rows[len(rows) - n_eval :]
     if n_train > len(head):
         log.warning("task '%s': wanted %d training rows, the file has %d; using all", label, n_train, len(head))

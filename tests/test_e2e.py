@@ -46,6 +46,9 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert len(list((run / "checkpoints").glob("step_*"))) == 2  # keep_checkpoints
     lines = _train_lines(run)
     assert [r["step"] for r in lines] == list(range(1, 9))
+    # every group rolled out is logged (uid, outcomes in generation order) for `rollwise simulate --fit`
+    assert all(sum(len(g[1]) for g in r["rollout/groups"]) == r["rollout/rollouts"] for r in lines)
+    assert all(set(g[1]) <= {"0", "1"} and g[0].startswith("chain_sum:train:") for r in lines for g in r["rollout/groups"])
     rewards = [r["rollout/reward_mean"] for r in lines]
     assert sum(rewards[4:]) > sum(rewards[:4]), rewards  # sampled rewards drift up (noisy at 16 samples a step)
     evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
@@ -75,13 +78,15 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
     # the run folder says what it was computed on: once at the start, again at the resume
     envs = json.loads((tmp_path / "half" / "environment.json").read_text())
     assert [e["resumed_from_step"] for e in envs] == [None, 2]
+    # a resume cannot move the run: the new name would be written into the old folder's config
+    assert main(["train", "--resume", str(tmp_path / "half"), "run.name=other"]) == 2
     assert envs[0]["torch_threads"] == 1 and envs[0]["packages"]["torch"]
     a = load_file(str(tmp_path / "full" / "checkpoints" / "step_000004" / "weights.safetensors"))
     b = load_file(str(tmp_path / "half" / "checkpoints" / "step_000004" / "weights.safetensors"))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
-def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, capsys):
+def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, capsys, monkeypatch):
     assert main(["train", "algo.loss_typ=grpo"]) == 2
     assert "Did you mean 'algo.loss_type'" in capsys.readouterr().err
     assert main(["train", f"model.name_or_path={tmp_path}/nope", f"run.output_dir={tmp_path}"]) == 2
@@ -89,6 +94,20 @@ def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, caps
     assert main(["train", "reward.functions=[{name: 'no_such_module:f'}]", f"run.output_dir={tmp_path}"]) == 2
     assert "no_such_module" in capsys.readouterr().err
     assert main(["train", "--resume", str(tmp_path / "missing")]) == 2
+    assert "not a rollwise run folder" in capsys.readouterr().err
+    # a failed start leaves no empty run folder behind
+    out = tmp_path / "runs"
+    assert main(["train", "reward.functions=[{name: 'no_such_module:f'}]", f"run.output_dir={out}"]) == 2
+    assert not out.exists() or not list(out.iterdir())
+    # two config files, and a mistyped relative run folder (not a hub id: its first part is a local folder)
+    (tmp_path / "a.yaml").write_text("train: {max_steps: 1}\n")
+    (tmp_path / "b.yaml").write_text("train: {max_steps: 2}\n")
+    assert main(["train", str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml")]) == 2
+    assert "two config files" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    assert main(["eval", "runs/typo-run"]) == 2
+    assert "'runs/typo-run' not found" in capsys.readouterr().err
 
 
 def test_console_entry_point_help():

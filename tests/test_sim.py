@@ -329,14 +329,21 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     assert json.loads((tmp_path / "results.json").read_text())["params"]["tasks"] == 3
     wrong = parser.parse_args(["simulate", "--tasks", "3", "--task-sd", "9", "--out", str(tmp_path), "--quiet"])
     assert wrong.func(wrong) == 2
-    assert "task_sd" in capsys.readouterr().out
+    assert "task_sd" in capsys.readouterr().err
     lengths = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--quiet"])
     assert lengths.func(lengths) == 2
-    assert "--feature-r2" in capsys.readouterr().out
+    assert "--feature-r2" in capsys.readouterr().err
     featured = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--seeds", "1",
                                   "--steps", "3", "--prompts-per-step", "4", "--pool", "48", "--eval-size", "16",
                                   "--feature-r2", "0.5", "--out", str(tmp_path), "--quiet"])
     assert featured.func(featured) == 0
+    # arguments out of range, and planner fields the simulator sets itself: a message, not a traceback
+    for bad_args, says in ((["--seeds", "0"], "--seeds must be >= 1"), (["--budget", "0"], "--budget must be >= 1"),
+                           (["--unsolvable", "2"], "--unsolvable is a share"), (["--max-len", "0"], "--max-len"),
+                           (["--strategies", "uniform:budget_rollouts=64"], "set by the simulator")):
+        a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
+        assert a.func(a) == 2
+        assert says in capsys.readouterr().err
 
 
 def test_report_panels_cover_the_planner_metrics() -> None:

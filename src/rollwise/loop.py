@@ -77,7 +77,8 @@ def warn_slow_dtype(cfg: Config) -> None:
         print(f"rollwise: warning: {msg}", file=sys.stderr)
 
 
-def prepare_run_dir(cfg: Config, resume: str | None) -> tuple[Path, Config]:
+def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tuple[Path, Config]:
+    """The run's folder (checked; with `create`, made and its config.yaml written)."""
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -87,6 +88,8 @@ def prepare_run_dir(cfg: Config, resume: str | None) -> tuple[Path, Config]:
     run_dir = Path(cfg.run.output_dir) / name
     if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise FileExistsError(f"run folder {run_dir} already has checkpoints: use --resume {run_dir} or a new run.name")
+    if not create:
+        return run_dir, cfg
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     return run_dir, cfg
@@ -94,9 +97,18 @@ def prepare_run_dir(cfg: Config, resume: str | None) -> tuple[Path, Config]:
 
 def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     """The saved config of a run, with command-line overrides (for example a larger max_steps)."""
-    from rollwise.config import _merge
+    from rollwise.config import ConfigError, _merge
 
-    saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; not a rollwise run folder "
+                                "(give the folder `rollwise train` printed as 'run folder: ...')")
+    saved = yaml.safe_load(path.read_text()) or {}
+    run_over = overrides.get("run") if isinstance(overrides.get("run"), dict) else {}
+    moved = sorted(k for k in ("name", "output_dir") if k in run_over and run_over[k] != (saved.get("run") or {}).get(k))
+    if moved:
+        raise ConfigError(f"--resume continues the run in {run_dir}; run.{' and run.'.join(moved)} cannot move it. "
+                          "Copy the folder and resume the copy, or start a new run")
     return build_config(_merge(saved, overrides))
 
 
@@ -175,16 +187,22 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
     warn_slow_dtype(cfg)
+    run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
+
+    # data and rewards (reward functions are imported here: fail before the model loads)
+    runner = RewardRunner(cfg.reward)
+    try:
+        train_items, eval_items = build_items(cfg.data, cfg.run.seed)
+        path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
+    except BaseException:
+        runner.close()
+        raise
+    # the folder is made once the rewards, data and model path are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
     if resume:
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
-    # data and rewards (reward functions are imported here: fail before the model loads)
-    runner = RewardRunner(cfg.reward)
-    train_items, eval_items = build_items(cfg.data, cfg.run.seed)
-
     # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
-    path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tokenizer = load_tokenizer(path)
     model: Any = load_policy(cfg, path)
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
@@ -344,11 +362,23 @@ def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, 
         "rollout/tokens_total": float(run.totals["tokens"]),
         "rollout/tokens_per_s": p.tokens / p.gen_s if p.gen_s else 0.0,
         "rollout/discarded": float(p.outcome.discarded_rollouts),
+        "rollout/groups": group_outcomes(p.generated, run.primary),
         "reward/errors": float(p.reward_issues[0]), "reward/timeouts": float(p.reward_issues[1]),
         "reward/nans": float(p.reward_issues[2]),
         "time/generate_s": p.gen_s, "time/reward_s": p.reward_s,
     })
     return metrics
+
+
+def group_outcomes(generated: list[Sample], primary: str) -> list[list[str]]:
+    """[uid, outcomes] of every prompt rolled out this step (discarded groups included), outcomes a
+    string of 1 (correct) and 0 in the order the samples were generated (a probe before its top-up):
+    what `rollwise simulate --fit` fits a simulated world to."""
+    out: dict[str, list[str]] = {}
+    for s in generated:
+        g = out.setdefault(s.prompt_uid, [s.prompt_uid, ""])
+        g[1] += "1" if is_correct(s.reward_parts, primary) else "0"
+    return list(out.values())
 
 
 def report_step(run: Run, step: int, p: Produced, metrics: dict[str, float], progress: StepProgress) -> None:

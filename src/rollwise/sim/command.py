@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -18,6 +19,16 @@ import yaml
 
 from rollwise.config import ConfigError, build_config
 from rollwise.planner import STRATEGIES
+from rollwise.sim.fit import (
+    LR_CRITICAL,
+    Visit,
+    WorldFit,
+    first_visits,
+    fit_world,
+    observed_histogram,
+    predicted_histogram,
+    run_scale,
+)
 from rollwise.sim.oracle import split_oracle
 from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
@@ -34,6 +45,9 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
         if "=" not in p:
             raise ValueError(f"strategy '{text}': '{p}' is not KEY=VALUE (a planner config field)")
         k, v = p.split("=", 1)
+        if k in ("strategy", "budget_rollouts", "budget_tokens"):
+            raise ValueError(f"strategy '{text}': {k} is set by the simulator (the name before the first ':', "
+                             "--budget and --unit); drop it")
         over[k] = yaml.safe_load(v)
     try:
         build_config({"planner": {"strategy": name, **split_oracle(over)[0]}})
@@ -63,11 +77,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "'oracle_seen' and 'oracle_visit' only those of prompts rolled out before (now, or at their "
                    "last visit) "
                    f"(default: all: {' '.join(STRATEGIES)}).")
+    p.add_argument("--fit", type=Path, default=None, metavar="RUN_DIR",
+                   help="Fit the world to a training run's own rollouts: the first visit of each prompt in its "
+                   "first --fit-steps steps gives, by maximum likelihood, the initial skill, the spread of "
+                   "difficulty, the unsolvable share and the tasks' spread; the run's config gives prompts per "
+                   "step, group size, steps and pool unless those flags are given. The learning rate, drift and "
+                   "length model stay the simulator's (docs/planner.md).")
+    p.add_argument("--fit-steps", type=int, default=10,
+                   help="With --fit: fit to the prompts first rolled out in steps 1..K (default 10).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
     p.add_argument("--seed-offset", type=int, default=0, help="First seed (default 0).")
-    p.add_argument("--steps", type=int, default=150, help="Total budget = steps * per-step budget (default 150).")
-    p.add_argument("--prompts-per-step", type=int, default=32, help="Uniform's prompts per step (default 32).")
-    p.add_argument("--num-generations", type=int, default=8, help="Group size (default 8).")
+    p.add_argument("--steps", type=int, default=None, help="Total budget = steps * per-step budget (default 150; with --fit the run's train.max_steps).")
+    p.add_argument("--prompts-per-step", type=int, default=None, help="Uniform's prompts per step (default 32; with --fit the run's).")
+    p.add_argument("--num-generations", type=int, default=None, help="Group size (default 8; with --fit the run's).")
     p.add_argument("--unit", choices=["rollouts", "tokens"], default="rollouts",
                    help="Budget unit: rollouts, or response tokens (default rollouts).")
     p.add_argument("--budget", type=int, default=None,
@@ -78,14 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "trained batch), saturating (diminishing returns per effective sample). Default signal.")
     p.add_argument("--target", type=float, default=None,
                    help="Held-out accuracy to reach (default: uniform's final accuracy, per seed).")
-    p.add_argument("--pool", type=int, default=d.n_train, help=f"Training prompts (default {d.n_train}).")
+    p.add_argument("--pool", type=int, default=None, help=f"Training prompts (default {d.n_train}; with --fit the run's data.train_size).")
     p.add_argument("--eval-size", type=int, default=d.n_eval, help=f"Held-out prompts (default {d.n_eval}).")
-    p.add_argument("--unsolvable", type=float, default=d.unsolvable,
-                   help=f"Share of prompts no skill solves (default {d.unsolvable}).")
-    p.add_argument("--skill0", type=float, default=d.skill0,
-                   help=f"Initial skill; lower = harder start (default {d.skill0}).")
-    p.add_argument("--difficulty-sd", type=float, default=d.difficulty_sd,
-                   help=f"Spread of prompt difficulties (default {d.difficulty_sd}).")
+    p.add_argument("--unsolvable", type=float, default=None,
+                   help=f"Share of prompts no skill solves (default {d.unsolvable}; with --fit fitted, or fixed at this value).")
+    p.add_argument("--skill0", type=float, default=None,
+                   help=f"Initial skill; lower = harder start (default {d.skill0}; fitted with --fit).")
+    p.add_argument("--difficulty-sd", type=float, default=None,
+                   help=f"Spread of prompt difficulties (default {d.difficulty_sd}; fitted with --fit).")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Skill gain scale (default {d.lr}).")
     p.add_argument("--local-lr", type=float, default=d.local_lr,
                    help=f"Per-prompt memorisation gain from training on it (default {d.local_lr}).")
@@ -93,12 +115,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Per-step random-walk sd of prompt offsets (default {d.drift}).")
     p.add_argument("--max-len", type=int, default=d.max_len,
                    help=f"Response length cap; truncated responses score 0 (default {d.max_len}).")
-    p.add_argument("--tasks", type=int, default=d.tasks,
+    p.add_argument("--tasks", type=int, default=None,
                    help="Split the prompts into this many tasks, each with a difficulty offset and a skill of its own "
-                        "(uids 'k<t>:...', so stratify and per-task priors apply); 0 = one pool (default 0).")
-    p.add_argument("--task-sd", type=float, default=d.task_sd,
+                        "(uids 'k<t>:...', so stratify and per-task priors apply); 0 = one pool (default 0; with --fit the run's tasks).")
+    p.add_argument("--task-sd", type=float, default=None,
                    help=f"With --tasks: spread of the tasks' difficulty offsets, a part of --difficulty-sd "
-                        f"(default {d.task_sd}).")
+                        f"(default {d.task_sd}; fitted with --fit).")
     p.add_argument("--transfer", type=float, default=d.transfer,
                    help=f"With --tasks: share of a step's skill gain that reaches every task; the rest goes to "
                         f"the tasks trained on, in proportion to their effective samples (default {d.transfer}).")
@@ -124,7 +146,17 @@ def run_command(args: argparse.Namespace) -> int:
                 raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
                                  "length in training); give the simulated prompts one with --feature-r2 R2")
     except ValueError as e:
-        print(f"error: {e}")
+        print(f"rollwise simulate: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        fitted = fit_from_run(args) if args.fit is not None else None
+    except ValueError as e:
+        print(f"rollwise simulate: error: {e}", file=sys.stderr)
+        return 2
+    fill_defaults(args)
+    why = bad_arguments(args)
+    if why:
+        print(f"rollwise simulate: error: {why}", file=sys.stderr)
         return 2
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
@@ -133,8 +165,10 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         World(params, 0, args.prompts_per_step, args.num_generations)
     except ValueError as e:
-        print(f"error: {e}")
+        print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2
+    if fitted is not None and not args.quiet:
+        print_fit(args, *fitted)
     base = RunSpec("uniform", 0, steps=args.steps, prompts_per_step=args.prompts_per_step,
                    num_generations=args.num_generations, unit=args.unit, budget=args.budget, params=params)
     base.budget = args.budget or default_budget(base)
@@ -158,7 +192,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         summary = summarize(results, args.unit, args.target)
     except ValueError as e:
-        print(f"error: {e}")
+        print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2
     total = base.budget * args.steps
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
@@ -172,11 +206,95 @@ def run_command(args: argparse.Namespace) -> int:
     (args.out / "results.json").write_text(json.dumps({
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
         "params": asdict(params), "budget_per_step": base.budget, "elapsed_s": elapsed,
+        "fit": None if fitted is None else {**asdict(fitted[0]), "fit_steps": args.fit_steps},
         "summary": {s: {k: asdict(v) for k, v in d.items()} for s, d in summary.items()},
     }, indent=1))
     if not args.quiet:
         print(f"curves: {png}\ntable:  {args.out / 'table.md'}")
     return 0
+
+
+SCALE = ("steps", "prompts_per_step", "num_generations", "pool")
+FITTED = ("skill0", "difficulty_sd", "tasks", "task_sd")
+
+
+def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
+    """Fill the world's and the scale's arguments from the run in args.fit (flags given win for the
+    scale and for --unsolvable; the world's fitted ones cannot be given as well)."""
+    given = [f"--{k.replace('_', '-')}" for k in FITTED if getattr(args, k) is not None]
+    if given:
+        raise ValueError(f"--fit fits {', '.join(given)} from the run; drop {'it' if len(given) == 1 else 'them'} "
+                         "or drop --fit")
+    if args.fit_steps < 1:
+        raise ValueError(f"--fit-steps must be >= 1, got {args.fit_steps}")
+    scale = run_scale(args.fit)
+    for k in SCALE:
+        if getattr(args, k) is None:
+            setattr(args, k, scale[k])
+    visits = first_visits(args.fit, args.fit_steps)
+    fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable)
+    args.skill0, args.difficulty_sd, args.unsolvable = round(fit.skill0, 3), round(fit.difficulty_sd, 3), round(fit.unsolvable, 4)
+    args.tasks = len(fit.tasks) if len(fit.tasks) > 1 else 0
+    args.task_sd = round(fit.task_sd, 3)
+    if args.tasks and args.task_sd >= args.difficulty_sd:  # the world needs some spread within tasks
+        args.difficulty_sd = round(args.task_sd + 0.01, 3)
+    return fit, visits
+
+
+def fill_defaults(args: argparse.Namespace) -> None:
+    d = SimParams()
+    for k, v in {"steps": 150, "prompts_per_step": 32, "num_generations": 8, "pool": d.n_train,
+                 "unsolvable": d.unsolvable, "skill0": d.skill0, "difficulty_sd": d.difficulty_sd,
+                 "tasks": d.tasks, "task_sd": d.task_sd}.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+
+
+def bad_arguments(args: argparse.Namespace) -> str | None:
+    """The first argument outside its range, said plainly (None when all are fine)."""
+    at_least_1 = ("seeds", "steps", "prompts_per_step", "num_generations", "pool", "eval_size", "max_len", "workers")
+    for k in at_least_1:
+        if getattr(args, k) < 1:
+            return f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
+    if args.budget is not None and args.budget < 1:
+        return f"--budget must be >= 1, got {args.budget} (leave it out for the uniform batch)"
+    if not 0.0 <= args.unsolvable < 1.0:
+        return f"--unsolvable is a share of prompts in [0, 1), got {args.unsolvable}"
+    if args.target is not None and not 0.0 < args.target <= 1.0:
+        return f"--target is a held-out accuracy in (0, 1], got {args.target}"
+    for k in ("difficulty_sd", "lr", "local_lr", "drift", "task_sd"):
+        if getattr(args, k) < 0:
+            return f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}"
+    return None
+
+
+def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> None:
+    """What was fitted, how well it predicts the groups it was fitted to, and the command for the same world."""
+    def se(x: float | None) -> str:
+        return f" (SE {x:.2f})" if x is not None else ""
+
+    steps = sorted({v.step for v in visits})
+    print(f"fitted to {args.fit}: first visits of {fit.groups} prompts in steps {steps[0]}-{steps[-1]}, "
+          f"{len(fit.tasks)} task(s) ({', '.join(fit.tasks)})")
+    print(f"  skill0 {fit.skill0:.2f}{se(fit.se_skill0)}, spread within tasks {fit.spread:.2f}{se(fit.se_spread)}, "
+          f"between tasks {fit.task_sd:.2f}, unsolvable {fit.unsolvable:.3f}{' (given)' if fit.unsolvable_given else ''}")
+    if fit.lr_unsolvable is not None and fit.unsolvable > 0:
+        print(f"  the all-wrong groups call for a share of prompts at a zero rate (likelihood ratio {fit.lr_unsolvable:.1f} "
+              f"> {LR_CRITICAL}); the simulator keeps them unsolvable for good, which flatters skipping them: "
+              "compare with --unsolvable 0")
+    elif fit.lr_unsolvable is not None:
+        print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
+              f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
+    m = min(v.n for v in visits)
+    obs = observed_histogram(visits, m)
+    shares = [sum(1 for v in visits if v.task == t) for t in fit.tasks]
+    pred = predicted_histogram(fit, m, SimParams().discrimination, task_shares=shares)
+    print(f"  0..{m} correct among the first {m} samples of each first visit: observed "
+          f"{' '.join(f'{x:.2f}' for x in obs)}; fitted world {' '.join(f'{x:.2f}' for x in pred)}")
+    world = (f"--skill0 {args.skill0} --difficulty-sd {args.difficulty_sd} --unsolvable {args.unsolvable} "
+             f"--tasks {args.tasks}" + (f" --task-sd {args.task_sd}" if args.tasks else ""))
+    print(f"  the same world without the run: rollwise simulate {world} --prompts-per-step {args.prompts_per_step} "
+          f"--num-generations {args.num_generations} --steps {args.steps} --pool {args.pool}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,252 @@
+"""Fit the simulated world to a training run's own rollouts (`rollwise simulate --fit RUN_DIR`).
+
+A run logs every group it rolled out (`rollout/groups` in metrics.jsonl: uid and the
+outcomes, 1 correct / 0 not, in the order the samples were generated). The first visit of each prompt in the run's first steps is a draw from the policy's
+solve rates near the start, with no selection by outcome (no planner has a belief about a
+prompt it has never seen). A planner that tops up a probe after seeing it (adaptive's
+screening) only changes how many samples a group has, on the strength of what it saw, and the
+binomial likelihood of what was seen stays valid under such stopping rules. The fit's check
+compares the first m outcomes of every first visit (m = the smallest first visit) with the
+fitted world's prediction: those were drawn whatever they showed, so the comparison is fair
+even under a planner that stops early.
+
+The model is the simulator's item-response one (`world.py`): a prompt of task t is unsolvable
+with probability u, else solved with rate sigmoid(a * (m_t - s * z)), z standard normal,
+a ~ LogNormal(log(discrimination), 0.25). Maximum likelihood over the task levels m_t, the
+within-task spread s and u, by L-BFGS on a quadrature (torch, float64); standard errors from
+the observed information. u is kept only where the all-wrong groups call for it: a likelihood-
+ratio test against u = 0 at 5% (what a first visit cannot tell is whether a prompt at a zero
+rate stays there; the simulator keeps such prompts unsolvable for good). The simulator's world then has skill0 = mean(m_t), task_sd =
+sd(m_t) over the tasks, difficulty_sd = sqrt(task_sd^2 + s^2).
+
+What the rollouts cannot tell, the fit does not invent: the learning rate, the drift and the
+transfer between tasks keep the simulator's defaults (or the flags given), and the length
+model is not fitted (compare strategies in rollouts, not tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rollwise.tracking import read_metrics
+
+
+class FitError(ValueError):
+    """The run cannot be fitted; the message says why and what to do."""
+
+
+@dataclass
+class Visit:
+    task: str
+    outcomes: str  # "1" correct, "0" not, in the order generated
+    step: int
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def correct(self) -> int:
+        return self.outcomes.count("1")
+
+
+@dataclass
+class WorldFit:
+    tasks: list[str]
+    levels: list[float]  # m_t: each task's skill minus its mean difficulty (logit scale)
+    spread: float  # s: sd of difficulty within a task
+    unsolvable: float  # u
+    groups: int
+    loglik: float
+    se_skill0: float | None = None
+    se_spread: float | None = None
+    unsolvable_given: bool = False  # fixed by the caller, not fitted
+    lr_unsolvable: float | None = None  # 2 * log-likelihood gain of a free unsolvable share over none
+
+    @property
+    def skill0(self) -> float:
+        return float(np.mean(self.levels))
+
+    @property
+    def task_sd(self) -> float:
+        return float(np.std(self.levels, ddof=1)) if len(self.levels) > 1 else 0.0
+
+    @property
+    def difficulty_sd(self) -> float:
+        return math.sqrt(self.task_sd**2 + self.spread**2)
+
+
+def first_visits(run_dir: str | Path, fit_steps: int) -> list[Visit]:
+    """The first group of every prompt the run rolled out at steps 1..fit_steps."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise FitError(f"{run_dir} has no metrics.jsonl; give --fit the folder of a `rollwise train` run "
+                       "(runs/<name>)")
+    rows = [r for r in read_metrics(run_dir) if "rollout/rollouts" in r]
+    if not rows:
+        raise FitError(f"{run_dir}/metrics.jsonl has no training step yet; train at least one step first")
+    if not any("rollout/groups" in r for r in rows):
+        raise FitError(f"{run_dir}/metrics.jsonl has no per-group outcomes (rollout/groups): the run was made "
+                       "by a rollwise older than `simulate --fit`; train a few steps with this version "
+                       "(e.g. `rollwise train train.max_steps=5`) and fit that run")
+    seen: set[str] = set()
+    out: list[Visit] = []
+    for r in sorted(rows, key=lambda r: r["step"]):
+        for uid, outcomes in r.get("rollout/groups", []):
+            if uid in seen:
+                continue
+            seen.add(uid)
+            if r["step"] <= fit_steps and outcomes:
+                out.append(Visit(uid.split(":", 1)[0], str(outcomes), int(r["step"])))
+    return out
+
+
+def run_scale(run_dir: str | Path) -> dict[str, int]:
+    """The run's prompts per step, group size, steps and training pool, from its config.yaml."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise FitError(f"{run_dir} has no config.yaml; give --fit the folder of a `rollwise train` run")
+    cfg = yaml.safe_load(path.read_text()) or {}
+    try:
+        return {"prompts_per_step": int(cfg["rollout"]["prompts_per_step"]),
+                "num_generations": int(cfg["rollout"]["num_generations"]),
+                "steps": int(cfg["train"]["max_steps"]), "pool": int(cfg["data"]["train_size"])}
+    except (KeyError, TypeError, ValueError) as e:
+        raise FitError(f"{path} lacks {e} (rollout.prompts_per_step, rollout.num_generations, "
+                       "train.max_steps, data.train_size); is it a rollwise run's resolved config?") from None
+
+
+# 2 * log-likelihood gain that a free unsolvable share must bring over none to be kept: the 5% critical
+# value of the boundary likelihood-ratio test (a 50:50 mixture of chi2(0) and chi2(1))
+LR_CRITICAL = 2.71
+
+
+def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: float | None = None,
+              min_groups: int = 20) -> WorldFit:
+    """Maximum-likelihood world for these first visits. `unsolvable` fixes u; without it u is fitted
+    and kept only where the likelihood-ratio test against u = 0 calls for it (LR_CRITICAL)."""
+    if unsolvable is not None:
+        return _fit(visits, discrimination, unsolvable, min_groups)
+    free = _fit(visits, discrimination, None, min_groups)
+    none = _fit(visits, discrimination, 0.0, min_groups)
+    lr = 2.0 * (free.loglik - none.loglik)
+    best = free if lr > LR_CRITICAL else none
+    best.unsolvable_given, best.lr_unsolvable = False, lr
+    return best
+
+
+def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, min_groups: int) -> WorldFit:
+    import torch
+
+    if len(visits) < min_groups:
+        raise FitError(f"only {len(visits)} prompts were rolled out for the first time in the steps fitted; "
+                       f"at least {min_groups} are needed: raise --fit-steps or fit a longer run")
+    tasks = sorted({v.task for v in visits})
+    counts = Counter((tasks.index(v.task), v.n, v.correct) for v in visits)
+    keys = list(counts)
+    t_idx = torch.tensor([k[0] for k in keys])
+    n = torch.tensor([k[1] for k in keys], dtype=torch.float64)
+    c = torch.tensor([k[2] for k in keys], dtype=torch.float64)
+    w = torch.tensor([counts[k] for k in keys], dtype=torch.float64)
+    zero = (c == 0).to(torch.float64)
+    log_binom = torch.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1)
+    zs, zw = np.polynomial.hermite_e.hermegauss(48)
+    xs, xw = np.polynomial.hermite_e.hermegauss(7)
+    z = torch.tensor(np.repeat(zs, len(xs)), dtype=torch.float64)
+    a = torch.tensor(np.tile(np.exp(math.log(discrimination) + 0.25 * xs), len(zs)), dtype=torch.float64)
+    log_nw = torch.tensor(np.log(np.outer(zw, xw).ravel() / (zw.sum() * xw.sum())), dtype=torch.float64)
+
+    def nll(theta: torch.Tensor) -> torch.Tensor:
+        levels, log_s = theta[: len(tasks)], theta[len(tasks)]
+        log_u = (torch.nn.functional.logsigmoid(theta[-1]) if unsolvable is None
+                 else torch.tensor(math.log(max(unsolvable, 1e-300)), dtype=torch.float64))
+        log_1mu = (torch.nn.functional.logsigmoid(-theta[-1]) if unsolvable is None
+                   else torch.tensor(math.log1p(-min(unsolvable, 1 - 1e-12)), dtype=torch.float64))
+        logit = a[None, :] * (levels[t_idx][:, None] - torch.exp(log_s) * z[None, :])
+        ll_q = (c[:, None] * torch.nn.functional.logsigmoid(logit) + (n - c)[:, None] * torch.nn.functional.logsigmoid(-logit))
+        solvable = torch.logsumexp(ll_q + log_nw[None, :], dim=1) + log_1mu
+        ll = torch.where(zero > 0, torch.logaddexp(solvable, log_u.expand_as(solvable)), solvable)
+        return -(w * (ll + log_binom)).sum()
+
+    # starts: each task's level from its observed rate, two spreads, and (when fitted) two unsolvable shares
+    rate = [sum(v.correct for v in visits if v.task == t) / sum(v.n for v in visits if v.task == t) for t in tasks]
+    base = [math.log(min(max(r, 0.01), 0.99) / (1 - min(max(r, 0.01), 0.99))) for r in rate]
+    best: tuple[float, torch.Tensor] | None = None
+    for s0 in (0.5, 1.5):
+        for u0 in ((-3.0, 0.0) if unsolvable is None else (0.0,)):
+            theta = torch.tensor([*base, math.log(s0), u0], dtype=torch.float64, requires_grad=True)
+            opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, tolerance_change=1e-12,
+                                    line_search_fn="strong_wolfe")
+
+            def closure(theta: torch.Tensor = theta, opt: Any = opt) -> torch.Tensor:
+                opt.zero_grad()
+                loss = nll(theta)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+            with torch.no_grad():
+                theta.data[len(tasks)].clamp_(math.log(0.01), math.log(10.0))
+                theta.data[-1].clamp_(-12.0, 12.0)
+            val = float(nll(theta.detach()))
+            if math.isfinite(val) and (best is None or val < best[0]):
+                best = (val, theta.detach().clone())
+    if best is None:
+        raise FitError("the fit did not converge; fit more steps (--fit-steps) or a run with larger groups")
+    val, theta = best
+    k = len(tasks)
+    u = float(torch.sigmoid(theta[-1])) if unsolvable is None else float(unsolvable)
+    fit = WorldFit(tasks, theta[:k].tolist(), float(torch.exp(theta[k])), u, len(visits), -val,
+                   unsolvable_given=unsolvable is not None)
+    fit.se_skill0, fit.se_spread = _standard_errors(nll, theta, k, fitted_u=unsolvable is None)
+    return fit
+
+
+def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[float | None, float | None]:
+    """SE of mean(m_t) and of s from the observed information (None where it is singular, e.g. u at 0)."""
+    import torch
+
+    free = theta if fitted_u else theta[:-1]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return nll(x if fitted_u else torch.cat([x, theta[-1:]]))
+
+    h = torch.autograd.functional.hessian(f, free).numpy()
+    try:
+        cov = np.linalg.inv(h)
+    except np.linalg.LinAlgError:
+        return None, None
+    if not np.all(np.isfinite(cov)) or np.any(np.diag(cov) <= 0):
+        return None, None
+    g = np.zeros(len(free))
+    g[:k] = 1.0 / k
+    se_skill = float(math.sqrt(max(g @ cov @ g, 0.0)))
+    se_s = float(math.exp(float(theta[k])) * math.sqrt(cov[k, k]))
+    return se_skill, se_s
+
+
+def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size: int = 200_000,
+                        task_shares: list[float] | None = None) -> np.ndarray:
+    """Share of prompts with 0..n correct out of n samples that the fitted world predicts."""
+    rng = np.random.default_rng(0)
+    shares = np.asarray(task_shares if task_shares is not None else [1.0] * len(fit.tasks), dtype=float)
+    t = rng.choice(len(fit.tasks), size, p=shares / shares.sum())
+    a = np.exp(rng.normal(math.log(discrimination), 0.25, size))
+    q = 1.0 / (1.0 + np.exp(-a * (np.asarray(fit.levels)[t] - fit.spread * rng.standard_normal(size))))
+    q = np.where(rng.random(size) < fit.unsolvable, 0.0, q)
+    return np.bincount(rng.binomial(n, q), minlength=n + 1) / size
+
+
+def observed_histogram(visits: list[Visit], m: int) -> np.ndarray:
+    """Share of first visits with 0..m correct among their first m samples (all visits need m)."""
+    if any(v.n < m for v in visits):
+        raise ValueError(f"every visit needs at least {m} samples")
+    cs = [v.outcomes[:m].count("1") for v in visits]
+    return np.bincount(np.asarray(cs, dtype=int), minlength=m + 1) / max(len(cs), 1)

@@ -1,0 +1,138 @@
+"""`rollwise simulate --fit RUN_DIR`: a simulated world fitted to a run's own first visits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from rollwise.sim.command import register
+from rollwise.sim.fit import FitError, Visit, first_visits, fit_world, observed_histogram, predicted_histogram
+from rollwise.sim.world import SimParams, World
+
+
+def _draw(params: SimParams, seed: int, sizes=(2, 8)) -> tuple[World, list[Visit]]:
+    """One first visit of every training prompt of a simulated world, group sizes drawn from `sizes`."""
+    w = World(params, seed, 8, 8)
+    rng = np.random.default_rng(seed + 100)
+    q = w.solve_rate(np.arange(params.n_train))
+    visits = []
+    for i in range(params.n_train):
+        n = int(rng.choice(sizes))
+        visits.append(Visit(f"k{w.task[i]}", "".join("1" if x else "0" for x in rng.random(n) < q[i]), 1))
+    return w, visits
+
+
+def test_fit_recovers_the_world_it_was_drawn_from() -> None:
+    p = SimParams(n_train=2000, tasks=3, skill0=-1.0, difficulty_sd=1.2, task_sd=0.6, unsolvable=0.1)
+    w, visits = _draw(p, 3)
+    fit = fit_world(visits)
+    assert fit.tasks == ["k0", "k1", "k2"] and fit.groups == 2000
+    for t, level in enumerate(fit.levels):  # a task's level: skill minus the mean difficulty of its prompts
+        truth = p.skill0 - w.b[: p.n_train][w.task[: p.n_train] == t].mean()
+        assert abs(level - truth) < 0.3, (t, level, truth)
+    assert abs(fit.spread - math.sqrt(1.2**2 - 0.6**2)) < 0.2, fit.spread
+    assert abs(fit.unsolvable - 0.1) < 0.06 and fit.lr_unsolvable > 2.71, fit
+    assert fit.se_skill0 is not None and 0 < fit.se_skill0 < 0.3
+    # the fitted world predicts the groups it was fitted to
+    obs = observed_histogram(visits, 2)
+    pred = predicted_histogram(fit, 2, task_shares=[sum(v.task == t for v in visits) for t in fit.tasks])
+    assert np.abs(obs - pred).max() < 0.03, (obs.round(3), pred.round(3))
+
+
+def test_the_fit_and_its_check_hold_under_a_planner_that_tops_up_what_it_saw() -> None:
+    # a probe of 2; a prompt with a correct answer gets 10 more: the group size depends on the outcome
+    p = SimParams(n_train=2000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0)
+    w = World(p, 7, 8, 8)
+    rng = np.random.default_rng(7)
+    visits = []
+    for q in w.solve_rate(np.arange(p.n_train)):
+        probe = "".join("1" if x else "0" for x in rng.random(2) < q)
+        more = "".join("1" if x else "0" for x in rng.random(10) < q) if "1" in probe else ""
+        visits.append(Visit("k0", probe + more, 1))
+    fit = fit_world(visits)
+    assert abs(fit.skill0 + 1.5) < 0.25 and abs(fit.spread - 1.0) < 0.3, fit
+    twos = [v for v in visits if v.n == 2]
+    assert all(v.correct == 0 for v in twos)  # groups of 2 alone are chosen by outcome: no fair check
+    obs = observed_histogram(visits, 2)  # the first 2 samples of every visit are
+    assert np.abs(obs - predicted_histogram(fit, 2)).max() < 0.03
+
+
+def test_fit_tells_a_hard_world_from_an_easy_one_and_keeps_a_given_unsolvable_share() -> None:
+    hard = fit_world(_draw(SimParams(n_train=600, skill0=-2.0, difficulty_sd=0.8, unsolvable=0.0), 1)[1])
+    easy = fit_world(_draw(SimParams(n_train=600, skill0=1.0, difficulty_sd=0.8, unsolvable=0.0), 1)[1])
+    assert hard.skill0 < -1.5 and easy.skill0 > 0.5, (hard.skill0, easy.skill0)
+    # no unsolvable prompts in that world: the likelihood-ratio test keeps the share at 0
+    assert hard.unsolvable == 0.0 and hard.lr_unsolvable is not None and hard.lr_unsolvable <= 2.71
+    fixed = fit_world(_draw(SimParams(n_train=600, skill0=-2.0, difficulty_sd=0.8, unsolvable=0.0), 1)[1],
+                      unsolvable=0.2)
+    assert fixed.unsolvable == 0.2 and fixed.unsolvable_given
+    assert fixed.skill0 > hard.skill0  # a fifth unsolvable explains some all-wrong groups: the rest look easier
+
+
+def _run_dir(tmp_path, groups_by_step: dict[int, list[list]], scale=(4, 4, 40, 500)):
+    d = tmp_path / "run"
+    d.mkdir()
+    pps, n, steps, pool = scale
+    (d / "config.yaml").write_text(yaml.safe_dump({
+        "rollout": {"prompts_per_step": pps, "num_generations": n}, "train": {"max_steps": steps},
+        "data": {"train_size": pool}}))
+    lines = [{"step": 0, "eval/accuracy": 0.1}]
+    lines += [{"step": s, "rollout/rollouts": float(sum(len(g[1]) for g in gs)), "rollout/groups": gs}
+              for s, gs in groups_by_step.items()]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return d
+
+
+def test_first_visits_are_the_first_group_of_each_prompt_in_the_fitted_steps(tmp_path) -> None:
+    d = _run_dir(tmp_path, {1: [["chain_sum:train:1", "00"], ["gcd:train:7", "01100100"]],
+                            2: [["chain_sum:train:1", "11101010"], ["gcd:train:9", "10"]],
+                            3: [["gcd:train:11", "11111111"]]})
+    got = first_visits(d, fit_steps=2)
+    assert [(v.task, v.n, v.correct, v.step) for v in got] == [("chain_sum", 2, 0, 1), ("gcd", 8, 3, 1), ("gcd", 2, 1, 2)]
+    assert len(first_visits(d, fit_steps=3)) == 4
+
+
+def test_runs_that_cannot_be_fitted_say_why(tmp_path) -> None:
+    with pytest.raises(FitError, match="no metrics.jsonl"):
+        first_visits(tmp_path, 10)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "metrics.jsonl").write_text(json.dumps({"step": 1, "rollout/rollouts": 64.0}) + "\n")
+    with pytest.raises(FitError, match="older than `simulate --fit`"):
+        first_visits(old, 10)
+    with pytest.raises(FitError, match="at least 20"):
+        fit_world([Visit("a", "01000000", 1)] * 5)
+
+
+def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
+    p = SimParams(n_train=300, tasks=2, skill0=-1.5, difficulty_sd=1.0, task_sd=0.5, unsolvable=0.0)
+    w, visits = _draw(p, 5, sizes=(4,))
+    groups = {1 + i // 30: [] for i in range(len(visits))}
+    for i, v in enumerate(visits):
+        groups[1 + i // 30].append([f"{v.task}:train:{i}", v.outcomes])
+    d = _run_dir(tmp_path, groups)
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    out = tmp_path / "sim"
+    args = parser.parse_args(["simulate", "--fit", str(d), "--fit-steps", "5", "--strategies", "uniform", "adaptive",
+                              "--seeds", "1", "--steps", "3", "--eval-size", "16", "--out", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "fitted to" in text and "first visits of 150 prompts in steps 1-5" in text
+    assert "the same world without the run: rollwise simulate --skill0" in text
+    data = json.loads((out / "results.json").read_text())
+    assert data["fit"]["groups"] == 150 and data["fit"]["fit_steps"] == 5
+    prm = data["params"]
+    assert prm["tasks"] == 2 and prm["n_train"] == 500 and abs(prm["skill0"] + 1.5) < 0.5
+    assert data["args"]["prompts_per_step"] == 4 and data["args"]["steps"] == 3  # the run's scale; flags win
+    both = parser.parse_args(["simulate", "--fit", str(d), "--skill0", "-1", "--out", str(out), "--quiet"])
+    assert both.func(both) == 2
+    assert "drop it or drop --fit" in capsys.readouterr().err
+    missing = parser.parse_args(["simulate", "--fit", str(tmp_path / "nope"), "--out", str(out), "--quiet"])
+    assert missing.func(missing) == 2
+    assert "no config.yaml" in capsys.readouterr().err

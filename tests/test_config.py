@@ -1,6 +1,8 @@
+from pathlib import Path
+
 import pytest
 
-from rollwise.config import ConfigError, build_config, describe_fields, load_config, parse_overrides
+from rollwise.config import ConfigError, build_config, describe_fields, load_config, parse_overrides, unused_settings
 
 
 def test_defaults_are_valid():
@@ -257,3 +259,18 @@ def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> No
     general = {"strategy", "estimator", "selector", "allocator", "repair", "budget_rollouts", "budget_tokens",
                "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema"}
     assert set(PlannerConfig.model_fields) == general | set(PART_OPTIONS)
+
+
+def test_settings_of_features_left_off_are_named():
+    assert unused_settings(load_config()) == []
+    for path in Path(__file__).parents[1].glob("configs/*.yaml"):  # shipped configs set nothing they do not use
+        assert unused_settings(load_config(str(path))) == [], path
+    got = unused_settings(load_config(None, ["rollout.partial_stop_fraction=0.5", "algo.kl_estimator=k1",
+                                             "distributed.max_staleness=3", "algo.tis_cap=4"]))
+    assert got == ["rollout.partial_stop_fraction=0.5 has no effect: it is read only with rollout.partial_rollouts=true",
+                   "algo.tis_cap=4.0 has no effect: it is read only with algo.offpolicy_correction=tis",
+                   "algo.kl_estimator=k1 has no effect: it is read only with algo.beta > 0",
+                   "distributed.max_staleness=3 has no effect: it is read only with distributed.async_training=true"]
+    # the same settings where their feature is on: nothing to say
+    assert unused_settings(load_config(None, ["algo.beta=0.01", "algo.kl_estimator=k1", "algo.offpolicy_correction=tis",
+                                              "algo.tis_cap=4"])) == []

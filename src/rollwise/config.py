@@ -497,6 +497,53 @@ class Config(_Section):
         return self
 
 
+# ---------------------------------------------------------------- options a config sets but does not use
+
+
+def _workers(c: Config) -> bool:
+    return c.distributed.async_training or c.distributed.backend == "ray"
+
+
+# option -> (when it is read, that condition in words)
+_READ_WHEN: dict[str, tuple[Any, str]] = {
+    "rollout.partial_stop_fraction": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
+    "rollout.retention_limit": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
+    "rollout.partial_keep_kv": (lambda c: c.rollout.partial_rollouts or _workers(c),
+                                "rollout.partial_rollouts=true or rollout workers"),
+    "rollout.spec_lenience": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
+    "rollout.spec_topk": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
+    "rollout.num_slots": (lambda c: c.rollout.engine == "continuous", "rollout.engine=continuous"),
+    "rollout.vllm_gpu_memory_utilization": (lambda c: c.rollout.engine == "vllm", "rollout.engine=vllm"),
+    "algo.tis_cap": (lambda c: c.algo.offpolicy_correction == "tis", "algo.offpolicy_correction=tis"),
+    "algo.decoupled_cap": (lambda c: c.algo.offpolicy_correction == "decoupled", "algo.offpolicy_correction=decoupled"),
+    "algo.m2po_tau": (lambda c: c.algo.offpolicy_correction == "m2po", "algo.offpolicy_correction=m2po"),
+    "algo.icepop_low": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
+    "algo.icepop_high": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
+    "algo.icepop_weighted": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
+    "algo.kl_estimator": (lambda c: c.algo.beta > 0, "algo.beta > 0"),
+    "distributed.max_staleness": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
+    "distributed.weight_sync_tokens": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
+    "distributed.worker_threads": (_workers, "rollout workers (distributed.async_training or backend=ray)"),
+    "distributed.ray_address": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
+    "distributed.max_worker_restarts": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
+    "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
+    "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
+}
+
+
+def unused_settings(cfg: Config) -> list[str]:
+    """One line per option set away from its default whose feature this config leaves off (it would be
+    ignored): what `rollwise train` warns about before it starts."""
+    out = []
+    for key, (read, when) in _READ_WHEN.items():
+        section, name = key.split(".")
+        sec = getattr(cfg, section)
+        default = type(sec).model_fields[name].get_default(call_default_factory=True)
+        if getattr(sec, name) != default and not read(cfg):
+            out.append(f"{key}={getattr(sec, name)} has no effect: it is read only with {when}")
+    return out
+
+
 # ---------------------------------------------------------------- loading and overrides
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import yaml
 
-from rollwise.config import Config, build_config, config_to_dict
+from rollwise.config import Config, build_config, config_to_dict, unused_settings
 from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
@@ -75,6 +75,12 @@ def warn_slow_dtype(cfg: Config) -> None:
     msg = slow_dtype_warning(cfg.model.dtype, cfg.model.device)
     if msg:
         print(f"rollwise: warning: {msg}", file=sys.stderr)
+
+
+def warn_unused_settings(cfg: Config) -> None:
+    """One line on stderr per option set away from its default that this config never reads."""
+    for line in unused_settings(cfg):
+        print(f"rollwise: warning: {line}", file=sys.stderr)
 
 
 def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tuple[Path, Config]:
@@ -187,6 +193,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
     warn_slow_dtype(cfg)
+    warn_unused_settings(cfg)
     run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
 
     # data and rewards (reward functions are imported here: fail before the model loads)

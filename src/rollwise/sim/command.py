@@ -169,6 +169,9 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if fitted is not None and not args.quiet:
         print_fit(args, *fitted)
+    if fitted is not None and args.unit == "tokens":
+        print("rollwise simulate: warning: --fit does not fit response lengths (the simulator's own length model is "
+              "used); compare strategies in rollouts", file=sys.stderr)
     base = RunSpec("uniform", 0, steps=args.steps, prompts_per_step=args.prompts_per_step,
                    num_generations=args.num_generations, unit=args.unit, budget=args.budget, params=params)
     base.budget = args.budget or default_budget(base)

@@ -19,6 +19,9 @@ ratio test against u = 0 at 5% (what a first visit cannot tell is whether a prom
 rate stays there; the simulator keeps such prompts unsolvable for good). The simulator's world then has skill0 = mean(m_t), task_sd =
 sd(m_t) over the tasks, difficulty_sd = sqrt(task_sd^2 + s^2).
 
+With `rollout.partial_rollouts` a sample carried into the next step counts in the step it
+finishes, so a first visit holds only the samples that finished in it (the long ones are missing).
+
 What the rollouts cannot tell, the fit does not invent: the learning rate, the drift and the
 transfer between tasks keep the simulator's defaults (or the flags given), and the length
 model is not fitted (compare strategies in rollouts, not tokens).

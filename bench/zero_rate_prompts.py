@@ -14,14 +14,20 @@ default job's step 40), counts the correct ones, and prints:
   1 - u / P(0 of n), the share of all-wrong prompts that the fit does not put in the zero class.
 
     .venv/bin/python bench/zero_rate_prompts.py --checkpoint runs/epyc-adaptive-s0/checkpoints/step_000040
-    # 300 prompts x 8 samples, twice: about 8 min on 2 cores (bf16)
+    # 300 prompts x 8 samples, twice: about 10 min on 2 cores (bf16)
+    .venv/bin/python bench/zero_rate_prompts.py --replay   # planners on the measured rates, seconds
 
-Writes bench/out/zero_rate_prompts.json (every prompt's counts).
+Writes bench/out/zero_rate_prompts.json (every prompt's counts). `--replay` plays planners
+(the default job's 8 prompts x 8 samples a step, 40 steps) at fixed weights against those
+prompts, each with a solve rate drawn per seed from its Beta(c + 1/2, n - c + 1/2) posterior, at
+the base weights and at the checkpoint's: the effective ratio (binary rewards) of each, paired
+over 50 seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +56,59 @@ def fits(tasks: list[str], counts: list[int], n: int, label: str) -> float:
     return u_free
 
 
+REPLAYED = ["uniform", "adaptive", "adaptive:stratify_rollouts=false", "mopps"]
+
+
+def replay(seeds: int = 50, steps: int = 40) -> None:
+    """Planners against the measured prompts at fixed weights (module docstring)."""
+    from rollwise.config import PlannerConfig
+    from rollwise.planner import GroupResult, build_planner
+    from rollwise.sim.command import parse_strategy
+
+    data = json.loads(Path("bench/out/zero_rate_prompts.json").read_text())
+    rows, n = data["per_prompt"], data["samples"]
+    uids = [f"{r['task']}:{i}" for i, r in enumerate(rows)]
+    for weights in ("base", "trained"):
+        c = np.array([r[weights] for r in rows], dtype=float)
+        res = {}
+        for text in REPLAYED:
+            name, over = parse_strategy(text)
+            ratios = []
+            for seed in range(seeds):
+                rng = np.random.default_rng([seed, 11])
+                q = dict(zip(uids, rng.beta(c + 0.5, n - c + 0.5)))
+                pl = build_planner(PlannerConfig(strategy=name, **over), uids, 8, 8, 48, seed)
+                gen = eff = 0.0
+                for step in range(steps):
+                    reqs = pl.begin_step(step)
+                    while reqs:
+                        reqs = pl.observe([GroupResult(r.uid, (rng.random(r.n) < q[r.uid]).astype(float).tolist(),
+                                                       [20] * r.n) for r in reqs])
+                    pl.end_step()
+                    m = pl.metrics()
+                    gen += m["rollout/rollouts"]
+                    eff += m["planner/effective_ratio"] * m["rollout/rollouts"]
+                ratios.append(eff / gen)
+            res[text] = np.array(ratios)
+        label = "base weights" if weights == "base" else f"checkpoint {data['checkpoint']}"
+        print(f"\nreplay at {label}: {len(uids)} measured prompts, 8 x 8 a step, {steps} steps, {seeds} seeds")
+        for text, r in res.items():
+            d = r - res["uniform"]
+            extra = "" if text == "uniform" else f"   minus uniform {d.mean():+.3f} (SE {d.std(ddof=1) / np.sqrt(seeds):.3f})"
+            print(f"  {text:34s} effective ratio {r.mean():.3f}{extra}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--checkpoint", required=True, help="a checkpoint folder of the default job")
+    ap.add_argument("--checkpoint", help="a checkpoint folder of the default job")
     ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--replay", action="store_true", help="only the planner replay on the saved measurement")
     args = ap.parse_args()
+    if args.replay:
+        replay()
+        return
+    if not args.checkpoint:
+        ap.error("--checkpoint is required (unless --replay)")
     run, cfg = default_job("zero-rate-", dtype="bfloat16")
     for it, ids in zip(run.eval_items, run.eval_ids):  # count_correct samples from the run's prompt tables
         run.ids_by_uid[it.uid], run.items_by_uid[it.uid] = ids, it

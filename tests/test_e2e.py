@@ -61,6 +61,20 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000
     assert main(["eval", str(run), "run.progress=false"]) == 0
+    # the trained model as a Hugging Face folder: the checkpoint's weights, and the same greedy accuracy
+    exported = tmp_path / "exported"
+    assert main(["export", str(run), str(exported)]) == 0
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(str(exported)).state_dict()
+    ck = load_file(str(run / "checkpoints" / "step_000008" / "weights.safetensors"))
+    assert ck and all((hf[k] == v).all() for k, v in ck.items())
+    assert main(["export", str(run), str(exported)]) == 2  # never over an existing folder
+    capsys.readouterr()
+    assert main(["eval", str(exported), "run.progress=false", "data.tasks=[{name: chain_sum, params: {min_terms: 2, "
+                 "max_terms: 2, max_digits: 1}}]", "data.eval_size=8", "reward.functions=[{name: 'rewards_for_tests:digit_share'}]",
+                 "rollout.max_completion_length=8", "model.dtype=float32"]) == 0
+    assert f"{evals[1]['eval/accuracy']:.4f}" in capsys.readouterr().out
     # a run folder and a CONFIG.yaml: the run's model and checkpoint, the file's settings on top
     extra = tmp_path / "eval.yaml"
     extra.write_text("eval: {pass_k: 3}\n")
@@ -139,6 +153,14 @@ def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
     lines = _train_lines(tmp_path / "lora")
     assert all("loss/kl" in r for r in lines)
     assert main(["eval", str(tmp_path / "lora")]) == 0
+    # export merges the adapters: plain base-model parameter names, weights moved away from the base model's
+    assert main(["export", str(tmp_path / "lora"), str(tmp_path / "merged"), "--dtype", "bfloat16"]) == 0
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged")).state_dict()
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).state_dict()
+    assert merged.keys() == base.keys() and merged["lm_head.weight"].dtype.is_floating_point
+    assert any(not (merged[k].float() - base[k]).abs().max() < 1e-2 for k in base if "q_proj" in k)
 
 
 def test_killed_run_resumes_without_duplicate_or_lost_steps(tiny_model_dir, tmp_path, monkeypatch):

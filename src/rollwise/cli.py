@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   rollwise train --resume runs/20261130-101500 train.max_steps=60
   rollwise eval runs/20261130-101500               # score a run's last checkpoint
   rollwise report runs/20261130-101500             # plots + summary
+  rollwise export runs/20261130-101500 out/model   # the trained model as a Hugging Face folder
   rollwise options                                 # every config key, default and meaning
 """
 
@@ -121,8 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("options", help="list every config key with its default and meaning")
     o.add_argument("--markdown", action="store_true", help="print a Markdown table")
     o.set_defaults(func=cmd_options)
+    from rollwise.export import register as register_export
     from rollwise.sim.command import register
 
+    register_export(sub)
     register(sub)
     return p
 

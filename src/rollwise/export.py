@@ -1,0 +1,67 @@
+"""`rollwise export`: a run's checkpoint as a Hugging Face model folder.
+
+A checkpoint holds only the trainable weights and the loop's state; the exported folder is
+the full model (LoRA merged into the base weights), its tokenizer and generation config, in
+the format `transformers`, vLLM and `model.name_or_path` load, plus `rollwise_export.json`
+saying where it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "export", help="write a run's checkpoint as a Hugging Face model folder",
+        description="Write the model of a run's last checkpoint (or of a given checkpoint folder) as a Hugging Face "
+        "model folder: full weights (LoRA merged), tokenizer, generation config. The folder loads with "
+        "transformers' from_pretrained, vLLM, and rollwise's model.name_or_path.")
+    p.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run folder (its last checkpoint) or a checkpoint "
+                   "folder (runs/<name>/checkpoints/step_N)")
+    p.add_argument("out", metavar="OUT_DIR", help="the folder to write (must not exist or be empty)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="dtype of the written weights (default float32, the master weights)")
+    p.set_defaults(func=run_export_command)
+    return p
+
+
+def run_export_command(args: argparse.Namespace) -> int:
+    import torch
+
+    from rollwise.evalcmd import _target_config
+    from rollwise.models import apply_lora, load_model, load_tokenizer, resolve_model_path
+    from rollwise.training.checkpoint import load_checkpoint_weights
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out} exists and is not an empty folder; choose a new OUT_DIR")
+    target = Path(args.target)
+    if not target.exists():
+        raise FileNotFoundError(f"'{args.target}' not found: give a run folder (runs/<name>) or a checkpoint folder")
+    cfg, ckpt = _target_config(args.target, [])
+    if ckpt is None:
+        raise FileNotFoundError(f"'{args.target}' is not a run or checkpoint folder (no config.yaml there or two "
+                                "levels up); a model folder needs no export")
+    path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
+    tok = load_tokenizer(path)
+    model = load_model(path, torch.float32)
+    if cfg.model.lora.enabled:
+        model = apply_lora(model, cfg.model)
+    load_checkpoint_weights(ckpt, model)
+    if hasattr(model, "peft_config"):
+        model = model.merge_and_unload()
+    model = model.to(getattr(torch, args.dtype))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out), safe_serialization=True)
+    tok.save_pretrained(str(out))
+    (out / "rollwise_export.json").write_text(json.dumps({
+        "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path, "lora_merged": cfg.model.lora.enabled,
+        "dtype": args.dtype}, indent=1) + "\n")
+    print(f"exported {ckpt} -> {out} ({args.dtype}); use it as model.name_or_path={out}")
+    return 0

@@ -2,8 +2,9 @@
 
 A checkpoint holds only the trainable weights and the loop's state; the exported folder is
 the full model (LoRA merged into the base weights), its tokenizer and generation config, in
-the format `transformers`, vLLM and `model.name_or_path` load, plus `rollwise_export.json`
-saying where it came from.
+the standard Hugging Face layout that `from_pretrained` and `model.name_or_path` load (tested;
+other tools that read that layout, vLLM among them, were not tried here), plus
+`rollwise_export.json` saying where it came from.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "export", help="write a run's checkpoint as a Hugging Face model folder",
         description="Write the model of a run's last checkpoint (or of a given checkpoint folder) as a Hugging Face "
         "model folder: full weights (LoRA merged), tokenizer, generation config. The folder loads with "
-        "transformers' from_pretrained, vLLM, and rollwise's model.name_or_path.")
+        "transformers' from_pretrained and as rollwise's model.name_or_path.")
     p.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run folder (its last checkpoint) or a checkpoint "
                    "folder (runs/<name>/checkpoints/step_N)")
     p.add_argument("out", metavar="OUT_DIR", help="the folder to write (must not exist or be empty)")

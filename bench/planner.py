@@ -151,6 +151,11 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     for r in sorted(runs, key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["seed"])):
         by.setdefault(r["strategy"], {})[r["seed"]] = r
     uni = by.get("uniform", {})
+    flat = [f"seed {seed}: uniform {r['points'][0][1]:.1%} at the start, {r['points'][-1][1]:.1%} at the end"
+            for seed, r in sorted(uni.items()) if r["points"][-1][1] <= r["points"][0][1]]
+    if flat:  # then every strategy "reaches uniform's final accuracy" at 0 tokens: the share says nothing
+        print("Warning: uniform did not gain on these seeds, so reaching its final accuracy is no test there "
+              "(every run starts at or above it; shares of 0.00):\n  " + "\n  ".join(flat) + "\n")
     lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | tokens spent (mean) | steps (mean) | "
              "effective ratio | tokens to uniform's final (per seed) | share of uniform's tokens |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -136,3 +136,31 @@ def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
     missing = parser.parse_args(["simulate", "--fit", str(tmp_path / "nope"), "--out", str(out), "--quiet"])
     assert missing.func(missing) == 2
     assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_the_fit_recovers_the_simulators_learning_rate_from_a_simulated_run() -> None:
+    # a uniform run in the simulator (signal law, lr 0.3): first visits later in the run find a more
+    # skilled policy, in proportion to the effective samples trained on before them
+    from rollwise.config import PlannerConfig
+    from rollwise.planner import build_planner
+    from rollwise.sim.runner import play_step
+
+    p = SimParams(n_train=4000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0, lr=0.3)
+    w = World(p, 0, 16, 8)
+    pl = build_planner(PlannerConfig(strategy="uniform"), w.train_uids, 16, 8, p.max_len, 0)
+    seen, visits, signal = set(), [], 0.0
+    for step in range(20):
+        groups, _ = play_step(pl, w, step, False)
+        out = pl.end_step()
+        w.learn(groups, out.train, out.replay)
+        for uid, r in groups.items():
+            if uid not in seen:
+                seen.add(uid)
+                visits.append(Visit("k0", "".join("1" if x else "0" for x in r), step + 1, signal))
+        signal += sum(4 * sum(r) * (len(r) - sum(r)) / len(r) for r in groups.values()) / (16 * 8)
+    fit = fit_world(visits)
+    assert fit.learning is not None and abs(fit.learning - 0.3) < 0.08, (fit.learning, fit.se_learning)
+    assert abs(fit.skill0 + 1.5) < 0.3, fit.skill0  # the skill at the start, not the run's average
+    # the same visits without their place in training: no learning rate, a skill between start and end
+    flat = fit_world([Visit(v.task, v.outcomes, 1) for v in visits])
+    assert flat.learning is None and flat.skill0 > fit.skill0 + 0.3

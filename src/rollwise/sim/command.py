@@ -83,8 +83,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "difficulty, the unsolvable share and the tasks' spread; the run's config gives prompts per "
                    "step, group size, steps and pool unless those flags are given. The learning rate, drift and "
                    "length model stay the simulator's (docs/planner.md).")
-    p.add_argument("--fit-steps", type=int, default=10,
-                   help="With --fit: fit to the prompts first rolled out in steps 1..K (default 10).")
+    p.add_argument("--fit-steps", type=int, default=None,
+                   help="With --fit: fit to the prompts first rolled out in steps 1..K (default: every step).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
     p.add_argument("--seed-offset", type=int, default=0, help="First seed (default 0).")
     p.add_argument("--steps", type=int, default=None, help="Total budget = steps * per-step budget (default 150; with --fit the run's train.max_steps).")
@@ -108,7 +108,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Initial skill; lower = harder start (default {d.skill0}; fitted with --fit).")
     p.add_argument("--difficulty-sd", type=float, default=None,
                    help=f"Spread of prompt difficulties (default {d.difficulty_sd}; fitted with --fit).")
-    p.add_argument("--lr", type=float, default=d.lr, help=f"Skill gain scale (default {d.lr}).")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"Skill gain scale (default {d.lr}; with --fit, laws signal and mean, fitted from how the "
+                   "run's first visits improved with the training signal before them).")
     p.add_argument("--local-lr", type=float, default=d.local_lr,
                    help=f"Per-prompt memorisation gain from training on it (default {d.local_lr}).")
     p.add_argument("--drift", type=float, default=d.drift,
@@ -228,14 +230,18 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
     if given:
         raise ValueError(f"--fit fits {', '.join(given)} from the run; drop {'it' if len(given) == 1 else 'them'} "
                          "or drop --fit")
-    if args.fit_steps < 1:
+    if args.fit_steps is not None and args.fit_steps < 1:
         raise ValueError(f"--fit-steps must be >= 1, got {args.fit_steps}")
     scale = run_scale(args.fit)
     for k in SCALE:
         if getattr(args, k) is None:
             setattr(args, k, scale[k])
-    visits = first_visits(args.fit, args.fit_steps)
+    n_ref = scale["prompts_per_step"] * scale["num_generations"]
+    visits = first_visits(args.fit, args.fit_steps, n_ref)
     fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable)
+    if args.lr is None and fit.learning is not None and args.law != "saturating":
+        # the same skill gain per effective sample, whatever uniform batch the simulation uses
+        args.lr = round(max(fit.learning, 0.0) * args.prompts_per_step * args.num_generations / n_ref, 4)
     args.skill0, args.difficulty_sd, args.unsolvable = round(fit.skill0, 3), round(fit.difficulty_sd, 3), round(fit.unsolvable, 4)
     args.tasks = len(fit.tasks) if len(fit.tasks) > 1 else 0
     args.task_sd = round(fit.task_sd, 3)
@@ -246,7 +252,7 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
 
 def fill_defaults(args: argparse.Namespace) -> None:
     d = SimParams()
-    for k, v in {"steps": 150, "prompts_per_step": 32, "num_generations": 8, "pool": d.n_train,
+    for k, v in {"steps": 150, "prompts_per_step": 32, "num_generations": 8, "pool": d.n_train, "lr": d.lr,
                  "unsolvable": d.unsolvable, "skill0": d.skill0, "difficulty_sd": d.difficulty_sd,
                  "tasks": d.tasks, "task_sd": d.task_sd}.items():
         if getattr(args, k) is None:
@@ -288,6 +294,11 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
+    if fit.learning is not None:
+        used = (f"--lr {args.lr}" if args.law != "saturating" else
+                f"not used by --law saturating, which keeps --lr {args.lr}")
+        print(f"  learning: skill {fit.learning:+.3f}{se(fit.se_learning)} per effective sample per uniform batch of the run "
+              f"(the signal law's lr) -> {used}")
     m = min(v.n for v in visits)
     obs = observed_histogram(visits, m)
     shares = [sum(1 for v in visits if v.task == t) for t in fit.tasks]
@@ -295,7 +306,7 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     print(f"  0..{m} correct among the first {m} samples of each first visit: observed "
           f"{' '.join(f'{x:.2f}' for x in obs)}; fitted world {' '.join(f'{x:.2f}' for x in pred)}")
     world = (f"--skill0 {args.skill0} --difficulty-sd {args.difficulty_sd} --unsolvable {args.unsolvable} "
-             f"--tasks {args.tasks}" + (f" --task-sd {args.task_sd}" if args.tasks else ""))
+             f"--tasks {args.tasks}" + (f" --task-sd {args.task_sd}" if args.tasks else "") + f" --lr {args.lr}")
     print(f"  the same world without the run: rollwise simulate {world} --prompts-per-step {args.prompts_per_step} "
           f"--num-generations {args.num_generations} --steps {args.steps} --pool {args.pool}")
 

@@ -12,8 +12,10 @@ even under a planner that stops early.
 
 The model is the simulator's item-response one (`world.py`): a prompt of task t is unsolvable
 with probability u, else solved with rate sigmoid(a * (m_t - s * z)), z standard normal,
-a ~ LogNormal(log(discrimination), 0.25). Maximum likelihood over the task levels m_t, the
-within-task spread s and u, by L-BFGS on a quadrature (torch, float64); standard errors from
+a ~ LogNormal(log(discrimination), 0.25), where m_t is the task's level at the start plus, for a
+visit after training began, lr * X: X the effective samples trained on before the visit's step
+per uniform batch (the simulator's `signal` law, so lr is its --lr). Maximum likelihood over the
+task levels m_t, the within-task spread s, lr (where visits come from different steps) and u, by L-BFGS on a quadrature (torch, float64); standard errors from
 the observed information. u is kept only where the all-wrong groups call for it: a likelihood-
 ratio test against u = 0 at 5% (what a first visit cannot tell is whether a prompt at a zero
 rate stays there; the simulator keeps such prompts unsolvable for good). The simulator's world then has skill0 = mean(m_t), task_sd =
@@ -22,9 +24,9 @@ sd(m_t) over the tasks, difficulty_sd = sqrt(task_sd^2 + s^2).
 With `rollout.partial_rollouts` a sample carried into the next step counts in the step it
 finishes, so a first visit holds only the samples that finished in it (the long ones are missing).
 
-What the rollouts cannot tell, the fit does not invent: the learning rate, the drift and the
-transfer between tasks keep the simulator's defaults (or the flags given), and the length
-model is not fitted (compare strategies in rollouts, not tokens).
+What the rollouts cannot tell, the fit does not invent: the drift and the transfer between
+tasks keep the simulator's defaults (or the flags given), and the length model is not fitted
+(compare strategies in rollouts, not tokens).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Visit:
     task: str
     outcomes: str  # "1" correct, "0" not, in the order generated
     step: int
+    signal: float = 0.0  # effective samples the run had trained on before this step, per uniform batch
 
     @property
     def n(self) -> int:
@@ -72,6 +75,8 @@ class WorldFit:
     se_spread: float | None = None
     unsolvable_given: bool = False  # fixed by the caller, not fitted
     lr_unsolvable: float | None = None  # 2 * log-likelihood gain of a free unsolvable share over none
+    learning: float | None = None  # skill gain per effective sample per uniform batch (the simulator's lr)
+    se_learning: float | None = None
 
     @property
     def skill0(self) -> float:
@@ -86,8 +91,11 @@ class WorldFit:
         return math.sqrt(self.task_sd**2 + self.spread**2)
 
 
-def first_visits(run_dir: str | Path, fit_steps: int) -> list[Visit]:
-    """The first group of every prompt the run rolled out at steps 1..fit_steps."""
+def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int | None = None) -> list[Visit]:
+    """The first group of every prompt the run rolled out at steps 1..fit_steps (None: all). With
+    `n_ref` (the uniform batch, prompts_per_step * num_generations) each visit also carries the
+    effective samples of every earlier step over n_ref (`signal`), the simulator's measure of
+    what training had seen: sum over groups of n * 4c(n - c)/n^2."""
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise FitError(f"{run_dir} has no metrics.jsonl; give --fit the folder of a `rollwise train` run "
@@ -101,13 +109,17 @@ def first_visits(run_dir: str | Path, fit_steps: int) -> list[Visit]:
                        "(e.g. `rollwise train train.max_steps=5`) and fit that run")
     seen: set[str] = set()
     out: list[Visit] = []
+    signal = 0.0
     for r in sorted(rows, key=lambda r: r["step"]):
-        for uid, outcomes in r.get("rollout/groups", []):
+        groups = r.get("rollout/groups", [])
+        for uid, outcomes in groups:
             if uid in seen:
                 continue
             seen.add(uid)
-            if r["step"] <= fit_steps and outcomes:
-                out.append(Visit(uid.split(":", 1)[0], str(outcomes), int(r["step"])))
+            if (fit_steps is None or r["step"] <= fit_steps) and outcomes:
+                out.append(Visit(uid.split(":", 1)[0], str(outcomes), int(r["step"]), signal))
+        if n_ref:
+            signal += sum(4.0 * o.count("1") * o.count("0") / len(o) for _, o in groups if o) / n_ref
     return out
 
 
@@ -152,11 +164,13 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
         raise FitError(f"only {len(visits)} prompts were rolled out for the first time in the steps fitted; "
                        f"at least {min_groups} are needed: raise --fit-steps or fit a longer run")
     tasks = sorted({v.task for v in visits})
-    counts = Counter((tasks.index(v.task), v.n, v.correct) for v in visits)
+    learn = len({v.signal for v in visits}) > 1  # first visits at different points of training
+    counts = Counter((tasks.index(v.task), v.n, v.correct, v.signal) for v in visits)
     keys = list(counts)
     t_idx = torch.tensor([k[0] for k in keys])
     n = torch.tensor([k[1] for k in keys], dtype=torch.float64)
     c = torch.tensor([k[2] for k in keys], dtype=torch.float64)
+    x = torch.tensor([k[3] for k in keys], dtype=torch.float64)
     w = torch.tensor([counts[k] for k in keys], dtype=torch.float64)
     zero = (c == 0).to(torch.float64)
     log_binom = torch.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1)
@@ -168,11 +182,12 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
 
     def nll(theta: torch.Tensor) -> torch.Tensor:
         levels, log_s = theta[: len(tasks)], theta[len(tasks)]
+        gain = theta[len(tasks) + 1] * x if learn else 0.0  # skill gained before the visit (the signal law)
         log_u = (torch.nn.functional.logsigmoid(theta[-1]) if unsolvable is None
                  else torch.tensor(math.log(max(unsolvable, 1e-300)), dtype=torch.float64))
         log_1mu = (torch.nn.functional.logsigmoid(-theta[-1]) if unsolvable is None
                    else torch.tensor(math.log1p(-min(unsolvable, 1 - 1e-12)), dtype=torch.float64))
-        logit = a[None, :] * (levels[t_idx][:, None] - torch.exp(log_s) * z[None, :])
+        logit = a[None, :] * ((levels[t_idx] + gain)[:, None] - torch.exp(log_s) * z[None, :])
         ll_q = (c[:, None] * torch.nn.functional.logsigmoid(logit) + (n - c)[:, None] * torch.nn.functional.logsigmoid(-logit))
         solvable = torch.logsumexp(ll_q + log_nw[None, :], dim=1) + log_1mu
         ll = torch.where(zero > 0, torch.logaddexp(solvable, log_u.expand_as(solvable)), solvable)
@@ -184,7 +199,8 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     best: tuple[float, torch.Tensor] | None = None
     for s0 in (0.5, 1.5):
         for u0 in ((-3.0, 0.0) if unsolvable is None else (0.0,)):
-            theta = torch.tensor([*base, math.log(s0), u0], dtype=torch.float64, requires_grad=True)
+            theta = torch.tensor([*base, math.log(s0), *([0.0] if learn else []), u0], dtype=torch.float64,
+                                 requires_grad=True)
             opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, tolerance_change=1e-12,
                                     line_search_fn="strong_wolfe")
 
@@ -207,13 +223,16 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     k = len(tasks)
     u = float(torch.sigmoid(theta[-1])) if unsolvable is None else float(unsolvable)
     fit = WorldFit(tasks, theta[:k].tolist(), float(torch.exp(theta[k])), u, len(visits), -val,
-                   unsolvable_given=unsolvable is not None)
-    fit.se_skill0, fit.se_spread = _standard_errors(nll, theta, k, fitted_u=unsolvable is None)
+                   unsolvable_given=unsolvable is not None, learning=float(theta[k + 1]) if learn else None)
+    ses = _standard_errors(nll, theta, k, fitted_u=unsolvable is None)
+    fit.se_skill0, fit.se_spread = ses[0], ses[1]
+    fit.se_learning = ses[2] if learn else None
     return fit
 
 
-def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[float | None, float | None]:
-    """SE of mean(m_t) and of s from the observed information (None where it is singular, e.g. u at 0)."""
+def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[float | None, ...]:
+    """SE of mean(m_t), of s and of theta[k + 1] (the learning rate, where fitted) from the observed
+    information (None where it is singular, e.g. u at 0)."""
     import torch
 
     free = theta if fitted_u else theta[:-1]
@@ -225,14 +244,15 @@ def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[floa
     try:
         cov = np.linalg.inv(h)
     except np.linalg.LinAlgError:
-        return None, None
+        return None, None, None
     if not np.all(np.isfinite(cov)) or np.any(np.diag(cov) <= 0):
-        return None, None
+        return None, None, None
     g = np.zeros(len(free))
     g[:k] = 1.0 / k
     se_skill = float(math.sqrt(max(g @ cov @ g, 0.0)))
     se_s = float(math.exp(float(theta[k])) * math.sqrt(cov[k, k]))
-    return se_skill, se_s
+    se_next = float(math.sqrt(cov[k + 1, k + 1])) if k + 1 < len(free) else None
+    return se_skill, se_s, se_next
 
 
 def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size: int = 200_000,

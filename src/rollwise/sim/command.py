@@ -140,32 +140,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="Print only the table.")
 
 
-def run_command(args: argparse.Namespace) -> int:
-    try:
-        rows = [parse_strategy(s) for s in args.strategies]
-        for text, (_, over) in zip(args.strategies, rows):
-            if over.get("length_prior") and not args.feature_r2:
-                raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
-                                 "length in training); give the simulated prompts one with --feature-r2 R2")
-    except ValueError as e:
-        print(f"rollwise simulate: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        fitted = fit_from_run(args) if args.fit is not None else None
-    except ValueError as e:
-        print(f"rollwise simulate: error: {e}", file=sys.stderr)
-        return 2
+def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]], Any, SimParams]:
+    """The strategies, the fit (with --fit) and the world's parameters; a ValueError says what is wrong."""
+    rows = [parse_strategy(s) for s in args.strategies]
+    for text, (_, over) in zip(args.strategies, rows):
+        if over.get("length_prior") and not args.feature_r2:
+            raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
+                             "length in training); give the simulated prompts one with --feature-r2 R2")
+    fitted = fit_from_run(args) if args.fit is not None else None
     fill_defaults(args)
     why = bad_arguments(args)
     if why:
-        print(f"rollwise simulate: error: {why}", file=sys.stderr)
-        return 2
+        raise ValueError(why)
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
                        transfer=args.transfer, feature_r2=args.feature_r2)
+    World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
+    return rows, fitted, params
+
+
+def run_command(args: argparse.Namespace) -> int:
     try:
-        World(params, 0, args.prompts_per_step, args.num_generations)
+        rows, fitted, params = prepare(args)
     except ValueError as e:
         print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2

@@ -362,3 +362,16 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
     assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
     assert "planner/brier" not in panels  # no panel for a metric the run never logged
+    assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
+
+
+def test_solve_rate_on_unseen_prompts_reads_first_samples_of_first_visits() -> None:
+    from rollwise.report import unseen_solve_rate
+
+    steps = [{"step": s, "rollout/groups": g} for s, g in [
+        (1, [["a", "10"], ["b", "0111"]]),          # first samples: 1, 0
+        (2, [["a", "00000000"], ["c", "1"]]),       # a is a revisit; c: 1
+        (6, [["d", "01"], ["b", "1"], ["e", "0"]]),  # d: 0, e: 0
+    ]]
+    assert unseen_solve_rate(steps) == [(5.0, 2 / 3), (6.0, 0.0)]
+    assert unseen_solve_rate([{"step": 1}]) == []

@@ -33,6 +33,33 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     tasks = sorted({k for h in steps for k in h if k.startswith("planner/task_share/")})
     if tasks:
         out.append(("share of rollouts per task", "line", [(k.rsplit("/", 1)[1], series(k)) for k in tasks]))
+    unseen = unseen_solve_rate(steps)
+    if unseen:
+        out.append(("solve rate on prompts never rolled out before", "line", [("", unseen)]))
+    return out
+
+
+def unseen_solve_rate(steps: list[dict], block: int = 5) -> list[tuple[float, float]]:
+    """(last step of the block, share correct) of the first sample of each prompt's first group, in
+    blocks of `block` steps, from `rollout/groups`. No planner chooses a prompt it has never seen by
+    its outcome, and a first sample is drawn whatever it shows, so this follows the policy's solve
+    rate at the sampling temperature the same way whatever the strategy (rollout accuracy does not:
+    it is over the samples the planner chose to train on)."""
+    seen: set[str] = set()
+    firsts: list[tuple[int, int]] = []  # (step, correct)
+    for h in sorted(steps, key=lambda h: h["step"]):
+        for uid, outcomes in h.get("rollout/groups", []):
+            if uid not in seen and outcomes:
+                seen.add(uid)
+                firsts.append((h["step"], int(outcomes[0] == "1")))
+    if not firsts:
+        return []
+    out = []
+    last = max(s for s, _ in firsts)
+    for end in range(block, last + block, block):
+        xs = [c for s, c in firsts if end - block < s <= end]
+        if xs:
+            out.append((float(min(end, last)), sum(xs) / len(xs)))
     return out
 
 

@@ -55,6 +55,27 @@ def test_learning_laws_hand_computed(law: str) -> None:
     assert w.delta[0] == pytest.approx(0.5 * e0 / 4) and w.delta[1] == 0.0
 
 
+def test_polarising_gain_widens_the_spread_hand_computed() -> None:
+    w = world(lr=0.1, local_lr=0.0, drift=0.0, polarise=0.75)
+    t0, b = w.theta, w.b.copy()
+    gain = w.learn({"t0": [1.0, 0.0, 0.0, 0.0]}, ["t0"], replay=[])
+    g = 0.1 * 3 / 16  # the signal law, e = 3 (as above)
+    assert gain == pytest.approx(g)
+    assert w.theta - t0 == pytest.approx(0.25 * g)
+    assert w.kappa == pytest.approx(1.0 + 0.75 * g / w.p.difficulty_sd)
+    i = np.flatnonzero(w.solvable)[:3]
+    expected = w.fit[i] / (1 + np.exp(-w.a[i] * (w.theta + w.delta[i] - w.kappa * b[i])))
+    assert w.solve_rate(i) == pytest.approx(expected)
+    # easy prompts got easier and hard ones harder than a plain shift would make them
+    plain = world(lr=0.1, local_lr=0.0, drift=0.0)
+    plain.learn({"t0": [1.0, 0.0, 0.0, 0.0]}, ["t0"], replay=[])
+    easy, hard = int(np.argmin(np.where(w.solvable, b, np.inf))), int(np.argmax(np.where(w.solvable, b, -np.inf)))
+    assert w.solve_rate(np.array([easy]))[0] > plain.solve_rate(np.array([easy]))[0]
+    assert w.solve_rate(np.array([hard]))[0] < plain.solve_rate(np.array([hard]))[0]
+    with pytest.raises(ValueError, match="polarise"):
+        world(polarise=1.5)
+
+
 def test_tasks_split_the_gain_by_effective_samples_hand_computed() -> None:
     w = world(tasks=2, transfer=0.25, lr=0.1, local_lr=0.0, drift=0.0)
     k0 = [u for u in w.train_uids if u.startswith("k0:")]

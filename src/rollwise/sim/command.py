@@ -130,6 +130,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Give each prompt a feature seen before any rollout (a stand-in for its token length, "
                         "read by the planner's length_prior) that explains this share of the variance of prompt "
                         "difficulty; 0 = none (default 0).")
+    p.add_argument("--polarise", type=float, default=d.polarise,
+                   help="Share of each step's skill gain that widens the spread of difficulty (easy prompts get "
+                        "easier, hard ones harder) instead of shifting every prompt alike; what training did on the "
+                        "default job (bench/learning_shape.py); 0 = shift only (default 0).")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -155,7 +159,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
-                       transfer=args.transfer, feature_r2=args.feature_r2)
+                       transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise)
     World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     return rows, fitted, params
 

@@ -60,3 +60,24 @@ def finish(run, name: str, label: str, result: dict) -> None:
     dest = Path("bench/out")
     dest.mkdir(parents=True, exist_ok=True)
     (dest / f"{name}{'_' + label if label else ''}.json").write_text(json.dumps(result, indent=1))
+
+
+def replay_planner(pl, q: dict[str, float], rng, steps: int) -> tuple[float, float, list[float]]:
+    """Play planner `pl` for `steps` steps at fixed weights against prompts solved with rates `q`
+    (binary rewards drawn from `rng`, every response 20 tokens): rollouts generated, rollouts in
+    informative groups, and the rate of every prompt requested."""
+    from rollwise.planner import GroupResult
+
+    gen = eff = 0.0
+    chosen: list[float] = []
+    for step in range(steps):
+        reqs = pl.begin_step(step)
+        while reqs:
+            chosen += [q[r.uid] for r in reqs]
+            reqs = pl.observe([GroupResult(r.uid, (rng.random(r.n) < q[r.uid]).astype(float).tolist(), [20] * r.n)
+                               for r in reqs])
+        pl.end_step()
+        m = pl.metrics()
+        gen += m["rollout/rollouts"]
+        eff += m["planner/effective_ratio"] * m["rollout/rollouts"]
+    return gen, eff, chosen

@@ -35,7 +35,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from fixed_weights import count_correct, default_job  # bench/fixed_weights.py
+from fixed_weights import count_correct, default_job, replay_planner  # bench/fixed_weights.py
 
 
 def logistic_fit(x: np.ndarray, c: np.ndarray, n: int, iters: int = 50, ridge: float = 1e-3) -> np.ndarray:
@@ -89,7 +89,7 @@ def irt_unseen(tasks: list[str], lengths: np.ndarray, c: np.ndarray, n: int, obs
 def replay(seeds: int = 50, steps: int = 40) -> None:
     """The planner against the measured prompts at fixed weights (module docstring)."""
     from rollwise.config import PlannerConfig
-    from rollwise.planner import GroupResult, build_planner
+    from rollwise.planner import build_planner
 
     data = json.loads(Path("bench/out/prior_features.json").read_text())
     rows, n = data["per_prompt"], data["samples"]
@@ -102,18 +102,7 @@ def replay(seeds: int = 50, steps: int = 40) -> None:
         for seed in range(seeds):
             rng = np.random.default_rng([seed, 7])
             pl = build_planner(PlannerConfig(strategy="adaptive", **extra), uids, 8, 8, 48, seed, lengths)
-            gen = eff = 0.0
-            chosen = []
-            for step in range(steps):
-                reqs = pl.begin_step(step)
-                while reqs:
-                    chosen += [q[r.uid] for r in reqs]
-                    reqs = pl.observe([GroupResult(r.uid, (rng.random(r.n) < q[r.uid]).astype(float).tolist(),
-                                                   [20] * r.n) for r in reqs])
-                pl.end_step()
-                m = pl.metrics()
-                gen += m["rollout/rollouts"]
-                eff += m["planner/effective_ratio"] * m["rollout/rollouts"]
+            gen, eff, chosen = replay_planner(pl, q, rng, steps)
             out.append((eff / gen, eff, float(np.mean(chosen))))
         res[variant] = np.array(out)
     print(f"\nreplay: the adaptive planner on the {len(uids)} measured prompts, 8 x 8, {steps} steps, {seeds} seeds")

@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from fixed_weights import count_correct, default_job, finish  # bench/fixed_weights.py
+from fixed_weights import count_correct, default_job, finish, replay_planner  # bench/fixed_weights.py
 
 from rollwise.sim.fit import Visit, fit_world, observed_histogram, predicted_histogram
 
@@ -62,7 +62,7 @@ REPLAYED = ["uniform", "adaptive", "adaptive:stratify_rollouts=false", "mopps"]
 def replay(seeds: int = 50, steps: int = 40) -> None:
     """Planners against the measured prompts at fixed weights (module docstring)."""
     from rollwise.config import PlannerConfig
-    from rollwise.planner import GroupResult, build_planner
+    from rollwise.planner import build_planner
     from rollwise.sim.command import parse_strategy
 
     data = json.loads(Path("bench/out/zero_rate_prompts.json").read_text())
@@ -78,16 +78,7 @@ def replay(seeds: int = 50, steps: int = 40) -> None:
                 rng = np.random.default_rng([seed, 11])
                 q = dict(zip(uids, rng.beta(c + 0.5, n - c + 0.5)))
                 pl = build_planner(PlannerConfig(strategy=name, **over), uids, 8, 8, 48, seed)
-                gen = eff = 0.0
-                for step in range(steps):
-                    reqs = pl.begin_step(step)
-                    while reqs:
-                        reqs = pl.observe([GroupResult(r.uid, (rng.random(r.n) < q[r.uid]).astype(float).tolist(),
-                                                       [20] * r.n) for r in reqs])
-                    pl.end_step()
-                    m = pl.metrics()
-                    gen += m["rollout/rollouts"]
-                    eff += m["planner/effective_ratio"] * m["rollout/rollouts"]
+                gen, eff, _ = replay_planner(pl, q, rng, steps)
                 ratios.append(eff / gen)
             res[text] = np.array(ratios)
         label = "base weights" if weights == "base" else f"checkpoint {data['checkpoint']}"

@@ -78,11 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "last visit) "
                    f"(default: all: {' '.join(STRATEGIES)}).")
     p.add_argument("--fit", type=Path, default=None, metavar="RUN_DIR",
-                   help="Fit the world to a training run's own rollouts: the first visit of each prompt in its "
-                   "first --fit-steps steps gives, by maximum likelihood, the initial skill, the spread of "
-                   "difficulty, the unsolvable share and the tasks' spread; the run's config gives prompts per "
-                   "step, group size, steps and pool unless those flags are given. The learning rate, drift and "
-                   "length model stay the simulator's (docs/planner.md).")
+                   help="Fit the world to a training run's own rollouts: the first visit of each prompt (in steps "
+                   "1..--fit-steps) gives, by maximum likelihood, the initial skill, the spread of difficulty, the "
+                   "tasks' spread, the unsolvable share and the learning rate; the run's config gives prompts per "
+                   "step, group size, steps and pool unless those flags are given. Drift, transfer and the length "
+                   "model stay the simulator's (docs/planner.md).")
     p.add_argument("--fit-steps", type=int, default=None,
                    help="With --fit: fit to the prompts first rolled out in steps 1..K (default: every step).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -97,6 +98,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
             c = curve(out / run_name)
             c.update(strategy=text, seed=seed)
             done.write_text(json.dumps(c))
+            if args.drop_checkpoints:  # the curve is all the table needs; a final checkpoint is 1.6 GB
+                shutil.rmtree(out / run_name / "checkpoints", ignore_errors=True)
             print(json.dumps(c), flush=True)
 
 
@@ -227,6 +230,7 @@ def main() -> int:
     ap.add_argument("--train-size", type=int, default=200,
                     help="prompt pool; small enough that prompts come back, so beliefs have history")
     ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: all cores)")
+    ap.add_argument("--drop-checkpoints", action="store_true", help="delete each run's checkpoints once it has finished")
     ap.add_argument("--report", action="store_true", help="only build the table and PNG from finished runs")
     ap.add_argument("--out", default="bench/out/planner")
     ap.add_argument("--versus", nargs="+", default=None,

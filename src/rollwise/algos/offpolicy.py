@@ -209,7 +209,7 @@ def m2po_correction(
     if idx.numel() > 0:
         vals = m2.reshape(-1)[idx]  # [N]
         order = torch.sort(vals, stable=True).indices  # [N]
-        prefix_mean = vals[order].cumsum(0) / torch.arange(1, len(vals) + 1, dtype=vals.dtype)  # [N]
+        prefix_mean = vals[order].cumsum(0) / torch.arange(1, len(vals) + 1, dtype=vals.dtype, device=vals.device)  # [N]
         ok = (prefix_mean <= tau).nonzero()
         k = int(ok.max()) + 1 if ok.numel() > 0 else 1
         m_out[idx[order[:k]]] = 1.0

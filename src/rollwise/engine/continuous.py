@@ -502,10 +502,11 @@ class ContinuousEngine(HFEngine):
         # logits for token i: the prompt's last position for i = 0, then the old response's positions
         logits = torch.cat([first_logits[None].float(), self._head(hidden[: max(L - 1, 0)]).float()])[:L]  # [L, V]
         logp_full = torch.log_softmax(logits / max(temperature, 1e-6), dim=-1)  # [L, V]
-        ids_t = torch.tensor(ids, dtype=torch.long)
-        new_lp = logp_full.gather(1, ids_t[:, None]).squeeze(1) if L else torch.zeros(0)  # [L]
-        old_lp = torch.tensor(old.logprobs[:L], dtype=torch.float64)
-        u = torch.rand(L, generator=gen, dtype=torch.float64)
+        dev = logp_full.device
+        ids_t = torch.tensor(ids, dtype=torch.long, device=dev)
+        new_lp = logp_full.gather(1, ids_t[:, None]).squeeze(1) if L else torch.zeros(0, device=dev)  # [L]
+        old_lp = torch.tensor(old.logprobs[:L], dtype=torch.float64, device=dev)
+        u = torch.rand(L, generator=gen, dtype=torch.float64, device=gen.device).to(dev)
         n = speculative_accept(new_lp.double(), old_lp, lenience, u) if L else 0
         K = self.record_topk
         topk: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -544,8 +545,8 @@ class ContinuousEngine(HFEngine):
         greedy = torch.tensor([r.req.greedy for r in rows], device=logits.device)  # [n]
         nxt = logits.argmax(-1)  # [n]
         if not bool(greedy.all()):
-            probs = _filter_logits(logits, self.top_k, self.top_p).softmax(-1).to(gen.device)
-            sampled = draw(probs, gen).to(logits.device)  # [n]
+            probs = _filter_logits(logits, self.top_k, self.top_p).softmax(-1)
+            sampled = draw(probs, gen)  # [n]; only the uniforms come from gen's device
             nxt = torch.where(greedy, nxt, sampled)
         lps = logprobs_full.gather(1, nxt.unsqueeze(1)).squeeze(1)  # [n]
         if self.record_topk:

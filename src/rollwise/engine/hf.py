@@ -219,17 +219,19 @@ class HFEngine:
         temps = torch.tensor([max(r.temperature, 1e-6) for r in reqs]).unsqueeze(1)  # [B, 1]
         greedy = torch.tensor([r.greedy for r in reqs])  # [B]
         limits = torch.tensor([r.max_new_tokens for r in reqs])  # [B]
+        dev = next(self.model.parameters()).device
+        ids, attn, pos, temps, greedy, limits = (t.to(dev) for t in (ids, attn, pos, temps, greedy, limits))
 
-        tokens = torch.zeros((B, max_new), dtype=torch.long)  # [B, T]
-        logps = torch.zeros((B, max_new))  # [B, T]
-        lengths = torch.zeros(B, dtype=torch.long)
-        done = torch.zeros(B, dtype=torch.bool)
-        stopped = torch.zeros(B, dtype=torch.bool)
-        eos = torch.tensor(sorted(self.eos))
+        tokens = torch.zeros((B, max_new), dtype=torch.long, device=dev)  # [B, T]
+        logps = torch.zeros((B, max_new), device=dev)  # [B, T]
+        lengths = torch.zeros(B, dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        stopped = torch.zeros(B, dtype=torch.bool, device=dev)
+        eos = torch.tensor(sorted(self.eos), device=dev)
 
         past = None
         step_ids, step_pos, step_attn = ids, pos, attn
-        rows = torch.arange(B)  # original row of each row still in the batch
+        rows = torch.arange(B, device=dev)  # original row of each row still in the batch
         for t in range(max_new):
             kwargs = {self._cache_arg: past} if past is not None else {}
             outp = self.model(input_ids=step_ids, attention_mask=step_attn, position_ids=step_pos,
@@ -255,7 +257,7 @@ class HFEngine:
             if bool(done.all()):
                 break
             step_ids = nxt.unsqueeze(1)  # [b, 1]
-            step_attn = torch.cat([step_attn, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+            step_attn = torch.cat([step_attn, torch.ones((len(rows), 1), dtype=torch.long, device=dev)], dim=1)
             step_pos = step_pos[:, -1:] + 1
             # Finished rows leave the batch once a quarter of it is done: decode cost follows
             # the sequences still running instead of the longest one.

@@ -83,4 +83,4 @@ def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
 
 def load_checkpoint_state(path: Path) -> dict[str, Any]:
     """Optimizer, scheduler, RNG, planner and loop state (everything but the weights)."""
-    return torch.load(Path(path) / "state.pt", weights_only=False)
+    return torch.load(Path(path) / "state.pt", map_location=None if torch.cuda.is_available() else "cpu", weights_only=False)

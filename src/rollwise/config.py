@@ -47,8 +47,8 @@ class ModelConfig(_Section):
         "AVX512_BF16 and 28x slower on an AVX2-only CPU).",
     )
     device: Literal["cpu", "cuda"] = Field(
-        "cpu", description="Where the trainer (and the hf/continuous engines) run. cuda is experimental: it has not "
-        "run on a GPU in this project's CI.")
+        "cpu", description="Where the trainer (and the hf/continuous engines) run. cuda has run on one H200 "
+        "(bench/gpu_planner.sh: training, resume, eval); CI has no GPU, so no test covers it.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
     cache_dir: str | None = Field(
         None, description="Where built-in models are converted to (default ~/.cache/rollwise)."

@@ -76,6 +76,22 @@ def test_polarising_gain_widens_the_spread_hand_computed() -> None:
         world(polarise=1.5)
 
 
+def test_the_add_law_gives_each_prompt_a_learnability_of_its_own_hand_computed() -> None:
+    w = world(lr=0.1, local_lr=0.0, drift=0.0, polarise=0.75, polarise_law="add")
+    plain = world(lr=0.1, local_lr=0.0, drift=0.0)
+    assert np.array_equal(w.b, plain.b) and np.array_equal(w.a, plain.a)  # the same world for a seed
+    assert abs(np.corrcoef(w.v, w.b)[0, 1]) < 0.2  # the learnability is not the difficulty
+    t0 = w.theta
+    w.learn({"t0": [1.0, 0.0, 0.0, 0.0]}, ["t0"], replay=[])
+    g = 0.1 * 3 / 16
+    assert w.theta - t0 == pytest.approx(0.25 * g) and w.g == pytest.approx(0.75 * g) and w.kappa == 1.0
+    i = np.flatnonzero(w.solvable)[:3]
+    expected = w.fit[i] / (1 + np.exp(-w.a[i] * (w.theta + w.delta[i] - w.b[i] + w.g * w.v[i])))
+    assert w.solve_rate(i) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="polarise law"):
+        world(polarise_law="widen")
+
+
 def test_tasks_split_the_gain_by_effective_samples_hand_computed() -> None:
     w = world(tasks=2, transfer=0.25, lr=0.1, local_lr=0.0, drift=0.0)
     k0 = [u for u in w.train_uids if u.startswith("k0:")]

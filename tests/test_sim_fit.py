@@ -138,18 +138,17 @@ def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
     assert "no config.yaml" in capsys.readouterr().err
 
 
-def test_the_fit_recovers_the_simulators_learning_rate_from_a_simulated_run() -> None:
-    # a uniform run in the simulator (signal law, lr 0.3): first visits later in the run find a more
-    # skilled policy, in proportion to the effective samples trained on before them
+def _uniform_run_visits(p: SimParams, steps: int = 20) -> tuple[World, list[Visit]]:
+    """The first visits of a uniform run in the simulator (16 x 8), each with the effective samples
+    trained on before its step per uniform batch."""
     from rollwise.config import PlannerConfig
     from rollwise.planner import build_planner
     from rollwise.sim.runner import play_step
 
-    p = SimParams(n_train=4000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0, lr=0.3)
     w = World(p, 0, 16, 8)
     pl = build_planner(PlannerConfig(strategy="uniform"), w.train_uids, 16, 8, p.max_len, 0)
     seen, visits, signal = set(), [], 0.0
-    for step in range(20):
+    for step in range(steps):
         groups, _ = play_step(pl, w, step, False)
         out = pl.end_step()
         w.learn(groups, out.train, out.replay)
@@ -158,9 +157,60 @@ def test_the_fit_recovers_the_simulators_learning_rate_from_a_simulated_run() ->
                 seen.add(uid)
                 visits.append(Visit("k0", "".join("1" if x else "0" for x in r), step + 1, signal))
         signal += sum(4 * sum(r) * (len(r) - sum(r)) / len(r) for r in groups.values()) / (16 * 8)
+    return w, visits
+
+
+def test_the_fit_recovers_the_simulators_learning_rate_from_a_simulated_run() -> None:
+    # a uniform run in the simulator (signal law, lr 0.3): first visits later in the run find a more
+    # skilled policy, in proportion to the effective samples trained on before them
+    p = SimParams(n_train=4000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0, lr=0.3)
+    _, visits = _uniform_run_visits(p)
     fit = fit_world(visits)
     assert fit.learning is not None and abs(fit.learning - 0.3) < 0.08, (fit.learning, fit.se_learning)
     assert abs(fit.skill0 + 1.5) < 0.3, fit.skill0  # the skill at the start, not the run's average
+    assert fit.growth is None and fit.lr_growth is not None and fit.lr_growth < 2.71  # every prompt shifted alike
     # the same visits without their place in training: no learning rate, a skill between start and end
     flat = fit_world([Visit(v.task, v.outcomes, 1) for v in visits])
-    assert flat.learning is None and flat.skill0 > fit.skill0 + 0.3
+    assert flat.learning is None and flat.skill0 > fit.skill0 + 0.3 and flat.lr_growth is None
+
+
+def test_the_fit_recovers_a_spread_that_grows_and_simulate_turns_it_into_polarise() -> None:
+    # polarise 0.5 under the add law with lr 0.6: per effective sample the skill shifts by 0.3 and
+    # the spread's learnability weight g grows by 0.3
+    p = SimParams(n_train=4000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0, lr=0.6, polarise=0.5,
+                  polarise_law="add")
+    w, visits = _uniform_run_visits(p)
+    fit = fit_world(visits)
+    assert fit.growth is not None and abs(fit.growth - 0.3) < 0.1, (fit.growth, fit.se_growth)
+    assert fit.learning is not None and abs(fit.learning - 0.3) < 0.1, fit.learning
+    assert fit.lr_growth > 10
+    assert w.g == pytest.approx(0.5 * 0.6 * visits[-1].signal, rel=0.2)  # g = p * lr * X
+    # the check's prediction follows each visit's point of training
+    late = [v for v in visits if v.signal > 4]
+    early_pred = predicted_histogram(fit, 8, visits=[v for v in visits if v.signal == 0])
+    late_pred = predicted_histogram(fit, 8, visits=late)
+    assert late_pred[0] + late_pred[8] > early_pred[0] + early_pred[8]  # a wider spread: more all-equal groups
+    assert fit_world(visits, growth=False).growth is None
+
+
+def test_simulate_fit_sets_polarise_from_a_run_whose_spread_grew(tmp_path, capsys) -> None:
+    p = SimParams(n_train=4000, skill0=-1.5, difficulty_sd=1.0, unsolvable=0.0, lr=0.6, polarise=0.5,
+                  polarise_law="add")
+    _, visits = _uniform_run_visits(p)
+    groups: dict[int, list[list]] = {}
+    for i, v in enumerate(visits):  # a 4,000-prompt pool in 20 steps of 16: every group is a first visit
+        groups.setdefault(v.step, []).append([f"{v.task}:train:{i}", v.outcomes])
+    d = _run_dir(tmp_path, groups, scale=(16, 8, 20, 4000))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    out = tmp_path / "sim"
+    args = parser.parse_args(["simulate", "--fit", str(d), "--strategies", "uniform", "--seeds", "1", "--steps", "3",
+                              "--eval-size", "16", "--out", str(out)])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "and the spread grew" in text and "--polarise-law add" in text
+    prm = json.loads((out / "results.json").read_text())["params"]
+    assert prm["polarise_law"] == "add" and abs(prm["polarise"] - 0.5) < 0.15 and abs(prm["lr"] - 0.6) < 0.15
+    given = parser.parse_args(["simulate", "--fit", str(d), "--polarise", "0.3", "--out", str(out), "--quiet"])
+    assert given.func(given) == 2
+    assert "--polarise" in capsys.readouterr().err

@@ -32,7 +32,7 @@ from rollwise.sim.fit import (
 from rollwise.sim.oracle import split_oracle
 from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
-from rollwise.sim.world import LAWS, SimParams, World
+from rollwise.sim.world import LAWS, POLARISE_LAWS, SimParams, World
 
 
 def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
@@ -130,10 +130,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Give each prompt a feature seen before any rollout (a stand-in for its token length, "
                         "read by the planner's length_prior) that explains this share of the variance of prompt "
                         "difficulty; 0 = none (default 0).")
-    p.add_argument("--polarise", type=float, default=d.polarise,
-                   help="Share of each step's skill gain that widens the spread of difficulty (easy prompts get "
-                        "easier, hard ones harder) instead of shifting every prompt alike; what training did on the "
-                        "default job (bench/learning_shape.py); 0 = shift only (default 0).")
+    p.add_argument("--polarise", type=float, default=None,
+                   help="Share of each step's skill gain that widens the spread of difficulty instead of shifting "
+                        "every prompt alike; what training did on the default job (bench/learning_shape.py); 0 = "
+                        "shift only (default 0; with --fit fitted: the share of the run's gain that widened the spread).")
+    p.add_argument("--polarise-law", choices=POLARISE_LAWS, default=None,
+                   help="How --polarise widens the spread: scale (easy prompts get easier, hard ones harder: every "
+                        "difficulty is scaled) or add (each prompt has a learnability of its own, independent of "
+                        "its difficulty: which prompts become easy cannot be told from the start; the form --fit "
+                        "fits). Default scale; add where --fit keeps a growing spread.")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -159,7 +164,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
     params = SimParams(n_train=args.pool, n_eval=args.eval_size, unsolvable=args.unsolvable, skill0=args.skill0,
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
-                       transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise)
+                       transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise,
+                       polarise_law=args.polarise_law)
     World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     return rows, fitted, params
 
@@ -221,7 +227,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 SCALE = ("steps", "prompts_per_step", "num_generations", "pool")
-FITTED = ("skill0", "difficulty_sd", "tasks", "task_sd")
+FITTED = ("skill0", "difficulty_sd", "tasks", "task_sd", "polarise", "polarise_law")
 
 
 def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
@@ -240,9 +246,14 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
     n_ref = scale["prompts_per_step"] * scale["num_generations"]
     visits = first_visits(args.fit, args.fit_steps, n_ref)
     fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable)
-    if args.lr is None and fit.learning is not None and args.law != "saturating":
+    shift = max(fit.learning, 0.0) if fit.learning is not None else None
+    if fit.growth is not None:  # the spread grew: a share of the gain goes to it (polarise, the add law)
+        total = shift + fit.growth
+        args.polarise, args.polarise_law = (round(fit.growth / total, 3) if total > 0 else 0.0), "add"
+        shift = total
+    if args.lr is None and shift is not None and args.law != "saturating":
         # the same skill gain per effective sample, whatever uniform batch the simulation uses
-        args.lr = round(max(fit.learning, 0.0) * args.prompts_per_step * args.num_generations / n_ref, 4)
+        args.lr = round(shift * args.prompts_per_step * args.num_generations / n_ref, 4)
     args.skill0, args.difficulty_sd, args.unsolvable = round(fit.skill0, 3), round(fit.difficulty_sd, 3), round(fit.unsolvable, 4)
     args.tasks = len(fit.tasks) if len(fit.tasks) > 1 else 0
     args.task_sd = round(fit.task_sd, 3)
@@ -255,7 +266,8 @@ def fill_defaults(args: argparse.Namespace) -> None:
     d = SimParams()
     for k, v in {"steps": 150, "prompts_per_step": 32, "num_generations": 8, "pool": d.n_train, "lr": d.lr,
                  "unsolvable": d.unsolvable, "skill0": d.skill0, "difficulty_sd": d.difficulty_sd,
-                 "tasks": d.tasks, "task_sd": d.task_sd}.items():
+                 "tasks": d.tasks, "task_sd": d.task_sd, "polarise": d.polarise,
+                 "polarise_law": d.polarise_law}.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
 
@@ -295,19 +307,28 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
-    if fit.learning is not None:
-        used = (f"--lr {args.lr}" if args.law != "saturating" else
-                f"not used by --law saturating, which keeps --lr {args.lr}")
+    lr_used = (f"--lr {args.lr}" if args.law != "saturating" else
+               f"not used by --law saturating, which keeps --lr {args.lr}")
+    if fit.learning is not None and fit.growth is None:
         print(f"  learning: skill {fit.learning:+.3f}{se(fit.se_learning)} per effective sample per uniform batch of the run "
-              f"(the signal law's lr) -> {used}")
+              f"(the signal law's lr) -> {lr_used}")
+    elif fit.learning is not None:
+        floor = " (taken as 0: the simulator's skill does not fall)" if fit.learning < 0 else ""
+        print(f"  learning: the mean skill moved {fit.learning:+.3f}{se(fit.se_learning)} per effective sample per uniform "
+              f"batch of the run{floor}")
+        print(f"  and the spread grew: sd sqrt(spread^2 + (g X)^2), g {fit.growth:.3f}{se(fit.se_growth)} per effective sample "
+              f"per uniform batch (likelihood ratio {fit.lr_growth:.1f} > {LR_CRITICAL} against a fixed spread) -> "
+              f"{lr_used} --polarise {args.polarise} --polarise-law add (lr: shift + growth; polarise: growth's share)")
+    if fit.lr_growth is not None and fit.growth is None:
+        print(f"  the spread did not grow measurably (likelihood ratio {fit.lr_growth:.1f} <= {LR_CRITICAL}): no --polarise")
     m = min(v.n for v in visits)
     obs = observed_histogram(visits, m)
-    shares = [sum(1 for v in visits if v.task == t) for t in fit.tasks]
-    pred = predicted_histogram(fit, m, SimParams().discrimination, task_shares=shares)
+    pred = predicted_histogram(fit, m, SimParams().discrimination, visits=visits)
     print(f"  0..{m} correct among the first {m} samples of each first visit: observed "
           f"{' '.join(f'{x:.2f}' for x in obs)}; fitted world {' '.join(f'{x:.2f}' for x in pred)}")
     world = (f"--skill0 {args.skill0} --difficulty-sd {args.difficulty_sd} --unsolvable {args.unsolvable} "
-             f"--tasks {args.tasks}" + (f" --task-sd {args.task_sd}" if args.tasks else "") + f" --lr {args.lr}")
+             f"--tasks {args.tasks}" + (f" --task-sd {args.task_sd}" if args.tasks else "") + f" --lr {args.lr}"
+             + (f" --polarise {args.polarise} --polarise-law {args.polarise_law}" if args.polarise else ""))
     print(f"  the same world without the run: rollwise simulate {world} --prompts-per-step {args.prompts_per_step} "
           f"--num-generations {args.num_generations} --steps {args.steps} --pool {args.pool}")
 

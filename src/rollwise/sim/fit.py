@@ -18,7 +18,9 @@ per uniform batch (the simulator's `signal` law, so lr is its --lr). Maximum lik
 task levels m_t, the within-task spread s, lr (where visits come from different steps) and u, by L-BFGS on a quadrature (torch, float64); standard errors from
 the observed information. u is kept only where the all-wrong groups call for it: a likelihood-
 ratio test against u = 0 at 5% (what a first visit cannot tell is whether a prompt at a zero
-rate stays there; the simulator keeps such prompts unsolvable for good). The simulator's world then has skill0 = mean(m_t), task_sd =
+rate stays there; the simulator keeps such prompts unsolvable for good). Where lr is fitted,
+the spread may grow with the signal too: s becomes sqrt(s^2 + (g X)^2) at a visit, kept on the
+same test against g = 0 given u; the simulator's `--polarise-law add` is that law. The simulator's world then has skill0 = mean(m_t), task_sd =
 sd(m_t) over the tasks, difficulty_sd = sqrt(task_sd^2 + s^2).
 
 With `rollout.partial_rollouts` a sample carried into the next step counts in the step it
@@ -77,6 +79,9 @@ class WorldFit:
     lr_unsolvable: float | None = None  # 2 * log-likelihood gain of a free unsolvable share over none
     learning: float | None = None  # skill gain per effective sample per uniform batch (the simulator's lr)
     se_learning: float | None = None
+    growth: float | None = None  # g: the spread's growth per effective sample per uniform batch (kept on a test)
+    se_growth: float | None = None
+    lr_growth: float | None = None  # 2 * log-likelihood gain of a growing spread over a fixed one
 
     @property
     def skill0(self) -> float:
@@ -144,20 +149,35 @@ LR_CRITICAL = 2.71
 
 
 def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: float | None = None,
-              min_groups: int = 20) -> WorldFit:
+              min_groups: int = 20, growth: bool = True) -> WorldFit:
     """Maximum-likelihood world for these first visits. `unsolvable` fixes u; without it u is fitted
-    and kept only where the likelihood-ratio test against u = 0 calls for it (LR_CRITICAL)."""
+    and kept only where the likelihood-ratio test against u = 0 calls for it (LR_CRITICAL). Where the
+    visits come from different points of training (and `growth`), a spread that grows with the
+    training signal is fitted too and kept on the same test against a fixed spread, given u."""
+    grow = growth and len({v.signal for v in visits}) > 1
+    lr_u = None
     if unsolvable is not None:
-        return _fit(visits, discrimination, unsolvable, min_groups)
-    free = _fit(visits, discrimination, None, min_groups)
-    none = _fit(visits, discrimination, 0.0, min_groups)
-    lr = 2.0 * (free.loglik - none.loglik)
-    best = free if lr > LR_CRITICAL else none
-    best.unsolvable_given, best.lr_unsolvable = False, lr
+        grown = _fit(visits, discrimination, unsolvable, min_groups, True) if grow else None
+        flat = _fit(visits, discrimination, unsolvable, min_groups, False)
+    else:
+        free = _fit(visits, discrimination, None, min_groups, grow)
+        none = _fit(visits, discrimination, 0.0, min_groups, grow)
+        lr_u = 2.0 * (free.loglik - none.loglik)
+        kept = free if lr_u > LR_CRITICAL else none
+        grown = kept if grow else None
+        flat = _fit(visits, discrimination, None if kept is free else 0.0, min_groups, False) if grow else kept
+    best = flat
+    if grown is not None:
+        lr_g = 2.0 * (grown.loglik - flat.loglik)
+        best = grown if lr_g > LR_CRITICAL else flat
+        best.lr_growth = lr_g
+    if unsolvable is None:
+        best.unsolvable_given, best.lr_unsolvable = False, lr_u
     return best
 
 
-def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, min_groups: int) -> WorldFit:
+def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, min_groups: int,
+         growth: bool = False) -> WorldFit:
     import torch
 
     if len(visits) < min_groups:
@@ -165,6 +185,7 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
                        f"at least {min_groups} are needed: raise --fit-steps or fit a longer run")
     tasks = sorted({v.task for v in visits})
     learn = len({v.signal for v in visits}) > 1  # first visits at different points of training
+    growth = growth and learn
     counts = Counter((tasks.index(v.task), v.n, v.correct, v.signal) for v in visits)
     keys = list(counts)
     t_idx = torch.tensor([k[0] for k in keys])
@@ -183,11 +204,13 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     def nll(theta: torch.Tensor) -> torch.Tensor:
         levels, log_s = theta[: len(tasks)], theta[len(tasks)]
         gain = theta[len(tasks) + 1] * x if learn else 0.0  # skill gained before the visit (the signal law)
+        # the spread at the visit: fixed, or growing with the signal (sd^2 = s^2 + (g x)^2; g's sign is moot)
+        sd = torch.sqrt(torch.exp(2 * log_s) + (theta[len(tasks) + 2] * x) ** 2) if growth else torch.exp(log_s)
         log_u = (torch.nn.functional.logsigmoid(theta[-1]) if unsolvable is None
                  else torch.tensor(math.log(max(unsolvable, 1e-300)), dtype=torch.float64))
         log_1mu = (torch.nn.functional.logsigmoid(-theta[-1]) if unsolvable is None
                    else torch.tensor(math.log1p(-min(unsolvable, 1 - 1e-12)), dtype=torch.float64))
-        logit = a[None, :] * ((levels[t_idx] + gain)[:, None] - torch.exp(log_s) * z[None, :])
+        logit = a[None, :] * ((levels[t_idx] + gain)[:, None] - sd.expand_as(x)[:, None] * z[None, :])
         ll_q = (c[:, None] * torch.nn.functional.logsigmoid(logit) + (n - c)[:, None] * torch.nn.functional.logsigmoid(-logit))
         solvable = torch.logsumexp(ll_q + log_nw[None, :], dim=1) + log_1mu
         ll = torch.where(zero > 0, torch.logaddexp(solvable, log_u.expand_as(solvable)), solvable)
@@ -198,9 +221,9 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     base = [math.log(min(max(r, 0.01), 0.99) / (1 - min(max(r, 0.01), 0.99))) for r in rate]
     best: tuple[float, torch.Tensor] | None = None
     for s0 in (0.5, 1.5):
-        for u0 in ((-3.0, 0.0) if unsolvable is None else (0.0,)):
-            theta = torch.tensor([*base, math.log(s0), *([0.0] if learn else []), u0], dtype=torch.float64,
-                                 requires_grad=True)
+        for u0, g0 in [(u, g) for u in ((-3.0, 0.0) if unsolvable is None else (0.0,)) for g in ((0.3, 1.0) if growth else (0.0,))]:
+            theta = torch.tensor([*base, math.log(s0), *([0.0] if learn else []), *([g0] if growth else []), u0],
+                                 dtype=torch.float64, requires_grad=True)
             opt = torch.optim.LBFGS([theta], max_iter=200, tolerance_grad=1e-9, tolerance_change=1e-12,
                                     line_search_fn="strong_wolfe")
 
@@ -223,16 +246,18 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     k = len(tasks)
     u = float(torch.sigmoid(theta[-1])) if unsolvable is None else float(unsolvable)
     fit = WorldFit(tasks, theta[:k].tolist(), float(torch.exp(theta[k])), u, len(visits), -val,
-                   unsolvable_given=unsolvable is not None, learning=float(theta[k + 1]) if learn else None)
+                   unsolvable_given=unsolvable is not None, learning=float(theta[k + 1]) if learn else None,
+                   growth=abs(float(theta[k + 2])) if growth else None)
     ses = _standard_errors(nll, theta, k, fitted_u=unsolvable is None)
     fit.se_skill0, fit.se_spread = ses[0], ses[1]
     fit.se_learning = ses[2] if learn else None
+    fit.se_growth = ses[3] if growth else None
     return fit
 
 
 def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[float | None, ...]:
-    """SE of mean(m_t), of s and of theta[k + 1] (the learning rate, where fitted) from the observed
-    information (None where it is singular, e.g. u at 0)."""
+    """SE of mean(m_t), of s, of theta[k + 1] (the learning rate) and theta[k + 2] (the spread's
+    growth), where fitted, from the observed information (None where it is singular, e.g. u at 0)."""
     import torch
 
     free = theta if fitted_u else theta[:-1]
@@ -244,25 +269,34 @@ def _standard_errors(nll: Any, theta: Any, k: int, fitted_u: bool) -> tuple[floa
     try:
         cov = np.linalg.inv(h)
     except np.linalg.LinAlgError:
-        return None, None, None
+        return None, None, None, None
     if not np.all(np.isfinite(cov)) or np.any(np.diag(cov) <= 0):
-        return None, None, None
+        return None, None, None, None
     g = np.zeros(len(free))
     g[:k] = 1.0 / k
     se_skill = float(math.sqrt(max(g @ cov @ g, 0.0)))
     se_s = float(math.exp(float(theta[k])) * math.sqrt(cov[k, k]))
-    se_next = float(math.sqrt(cov[k + 1, k + 1])) if k + 1 < len(free) else None
-    return se_skill, se_s, se_next
+    nxt = [float(math.sqrt(cov[j, j])) if j < len(free) else None for j in (k + 1, k + 2)]
+    return se_skill, se_s, *nxt
 
 
 def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size: int = 200_000,
-                        task_shares: list[float] | None = None) -> np.ndarray:
-    """Share of prompts with 0..n correct out of n samples that the fitted world predicts."""
+                        task_shares: list[float] | None = None, visits: list[Visit] | None = None) -> np.ndarray:
+    """Share of prompts with 0..n correct out of n samples that the fitted world predicts: at the start
+    in `task_shares`, or, with `visits`, for visits drawn from these (each at its task and its point of
+    training: the level moved by the learning rate and the spread grown, where fitted)."""
     rng = np.random.default_rng(0)
-    shares = np.asarray(task_shares if task_shares is not None else [1.0] * len(fit.tasks), dtype=float)
-    t = rng.choice(len(fit.tasks), size, p=shares / shares.sum())
+    if visits:
+        pick = rng.integers(0, len(visits), size)
+        t = np.asarray([fit.tasks.index(v.task) for v in visits])[pick]
+        x = np.asarray([v.signal for v in visits])[pick]
+    else:
+        shares = np.asarray(task_shares if task_shares is not None else [1.0] * len(fit.tasks), dtype=float)
+        t, x = rng.choice(len(fit.tasks), size, p=shares / shares.sum()), np.zeros(size)
+    level = np.asarray(fit.levels)[t] + (fit.learning or 0.0) * x
+    sd = np.sqrt(fit.spread**2 + ((fit.growth or 0.0) * x) ** 2)
     a = np.exp(rng.normal(math.log(discrimination), 0.25, size))
-    q = 1.0 / (1.0 + np.exp(-a * (np.asarray(fit.levels)[t] - fit.spread * rng.standard_normal(size))))
+    q = 1.0 / (1.0 + np.exp(-a * (level - sd * rng.standard_normal(size))))
     q = np.where(rng.random(size) < fit.unsolvable, 0.0, q)
     return np.bincount(rng.binomial(n, q), minlength=n + 1) / size
 

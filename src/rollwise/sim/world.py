@@ -39,6 +39,11 @@ of shifting every prompt: the logit is a_i * (theta + ... - kappa * b_i), kappa 
 grows by p * G / difficulty_sd (a prompt one sd easier than the mean gains p * G, one sd harder
 loses it), theta by (1 - p) * G. That is what training did to the default job's held-out prompts
 (bench/learning_shape.py: spread 0.75 -> 3.52 logits over 40 steps, mean +0.15).
+
+With `polarise_law` = "add" the spread grows by a part of its own instead: each prompt has a
+learnability v_i, standard normal and independent of its difficulty, the logit gains g * v_i, and
+g grows by p * G (theta by (1 - p) * G). Which prompts become easy cannot then be told from their
+start, and the spread of logits is sqrt((sd of b)^2 + g^2): the form `simulate --fit` fits.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import numpy as np
 from rollwise.planner.base import GroupResult, Request
 
 LAWS = ("signal", "mean", "saturating")
+POLARISE_LAWS = ("scale", "add")
 
 
 @dataclass
@@ -76,6 +82,7 @@ class SimParams:
     transfer: float = 0.5  # share of a step's skill gain that reaches every task
     feature_r2: float = 0.0  # share of the difficulty variance that a feature seen before any rollout explains
     polarise: float = 0.0  # share of the skill gain that widens the spread of difficulty (module docstring)
+    polarise_law: str = "scale"  # scale: kappa * b_i; add: + g * v_i with a learnability v_i (module docstring)
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -121,6 +128,12 @@ class World:
         self.kappa = 1.0  # the spread's scale (grows with `polarise`)
         if not 0.0 <= params.polarise <= 1.0:
             raise ValueError(f"polarise must be in [0, 1], got {params.polarise}")
+        if params.polarise_law not in POLARISE_LAWS:
+            raise ValueError(f"unknown polarise law '{params.polarise_law}'; allowed: {', '.join(POLARISE_LAWS)}")
+        self.g = 0.0  # the learnability's weight (grows with `polarise` under the add law)
+        self.v = np.zeros(m)
+        if params.polarise > 0 and params.polarise_law == "add":  # a separate stream, as for tasks and features
+            self.v = np.random.default_rng([seed, 61]).standard_normal(m)
         self.n_ref = prompts_per_step * num_generations
         self.n = num_generations
         self.train_uids = [f"k{self.task[i]}:t{i}" if k else f"t{i}" for i in range(params.n_train)]
@@ -130,7 +143,8 @@ class World:
 
     # ----------------------------------------------------------------- truth
     def solve_rate(self, idx: np.ndarray) -> np.ndarray:
-        z = self.a[idx] * (self.theta + self.phi[self.task[idx]] + self.delta[idx] - self.kappa * self.b[idx])
+        z = self.a[idx] * (self.theta + self.phi[self.task[idx]] + self.delta[idx] - self.kappa * self.b[idx]
+                            + self.g * self.v[idx])
         return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
 
     def eval_accuracy(self) -> float:
@@ -146,7 +160,8 @@ class World:
     # ----------------------------------------------------------------- engine + rewarder
     def generate(self, req: Request) -> GroupResult:
         i = self.index[req.uid]
-        z = self.a[i] * (self.theta + self.phi[self.task[i]] + self.delta[i] - self.kappa * self.b[i])
+        z = self.a[i] * (self.theta + self.phi[self.task[i]] + self.delta[i] - self.kappa * self.b[i]
+                       + self.g * self.v[i])
         q = 1.0 / (1.0 + math.exp(-z)) if self.solvable[i] else 0.0
         correct = self.rng.random(req.n) < q
         med = self.log_med[i] + np.where(correct, 0.0, math.log(self.p.wrong_length_factor))
@@ -188,7 +203,10 @@ class World:
             gain = lr * k * (1.0 - math.exp(-e_total / (k * self.n_ref)))
         total = gain
         if self.p.polarise > 0:
-            self.kappa += self.p.polarise * gain / max(self.p.difficulty_sd, 1e-9)
+            if self.p.polarise_law == "add":
+                self.g += self.p.polarise * gain
+            else:
+                self.kappa += self.p.polarise * gain / max(self.p.difficulty_sd, 1e-9)
             gain *= 1.0 - self.p.polarise
         if self.p.tasks:
             self.theta += self.p.transfer * gain

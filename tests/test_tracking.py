@@ -63,3 +63,28 @@ def test_any_full_disk_error_reaches_the_user_as_a_message(monkeypatch, capsys):
     assert cli.main(["options"]) == 2
     err = capsys.readouterr().err
     assert "disk full writing /runs/x/config.yaml" in err and "--resume" in err
+
+
+@pytest.mark.parametrize("exc", ["torch", "python"])
+def test_out_of_memory_is_a_message_that_says_what_to_lower(monkeypatch, capsys, exc):
+    import torch
+
+    import rollwise.cli as cli
+
+    def oom(args):
+        if exc == "torch":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+        raise MemoryError()
+
+    monkeypatch.setattr(cli, "cmd_options", oom)
+    assert cli.main(["options"]) == 2
+    err = capsys.readouterr().err
+    assert "out of memory" in err and "train.micro_batch_size" in err and "--resume" in err
+    assert ("Tried to allocate 2.00 GiB" in err and "more detail" not in err) if exc == "torch" else "MemoryError" in err
+
+    def other(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "cmd_options", other)
+    with pytest.raises(RuntimeError, match="a bug"):  # other errors still show their traceback
+        cli.main(["options"])

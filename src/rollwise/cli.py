@@ -153,6 +153,16 @@ def main(argv: list[str] | None = None) -> int:
         hint = "; resume with `rollwise train --resume RUN_DIR`" if args.command == "train" else ""
         print(f"rollwise: interrupted{hint}", file=sys.stderr)
         return 130
+    except (MemoryError, RuntimeError) as e:
+        if not isinstance(e, MemoryError) and type(e).__name__ != "OutOfMemoryError":  # torch's, CPU or GPU
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"rollwise: error: out of memory ({first}). Lower train.micro_batch_size (sequences per "
+              "forward/backward), rollout.batch_size or rollout.num_slots (sequences generated together) or "
+              "rollout.max_completion_length, or train LoRA adapters (model.lora.enabled=true). A run continues from "
+              "its last checkpoint with `rollwise train --resume RUN_DIR KEY=VALUE`, e.g. train.micro_batch_size=4.",
+              file=sys.stderr)
+        return 2
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

@@ -256,3 +256,28 @@ def test_cuda_device_without_cuda_is_a_clear_error(tiny_model_dir, tmp_path, cap
         pytest.skip("CUDA is present")
     assert main(["train", *_args(tiny_model_dir, tmp_path, "cuda", 1, ["model.device=cuda"])]) == 2
     assert "model.device=cuda" in capsys.readouterr().err
+
+
+def test_out_of_memory_mid_run_resumes_with_a_smaller_micro_batch(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """What the out-of-memory message tells the user to do works: the run stops at step 3 with exit 2,
+    and --resume with a lower train.micro_batch_size finishes it from the step-2 checkpoint."""
+    import torch
+
+    from rollwise.training.policy import PolicyTrainer
+
+    real = PolicyTrainer.update
+    calls = {"n": 0}
+
+    def oom_at_third(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(PolicyTrainer, "update", oom_at_third)
+    quiet = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "oom", 4, quiet)]) == 2
+    assert "out of memory" in capsys.readouterr().err
+    monkeypatch.setattr(PolicyTrainer, "update", real)
+    assert main(["train", "--resume", str(tmp_path / "oom"), "train.micro_batch_size=2"]) == 0
+    assert [r["step"] for r in _train_lines(tmp_path / "oom")] == [1, 2, 3, 4]

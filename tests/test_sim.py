@@ -356,6 +356,11 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data["summary"]) == {"uniform", "mopps:candidate_factor=2"}
     assert "| strategy |" in (tmp_path / "table.md").read_text()
+    assert "did not gain" not in capsys.readouterr().err
+    still = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive", "--seeds", "2", "--steps", "3", "--lr", "0",
+                               "--pool", "48", "--eval-size", "16", "--out", str(tmp_path), "--quiet"])
+    assert still.func(still) == 0
+    assert "uniform did not gain on 2 of 2 seeds" in capsys.readouterr().err  # every share would read 0.00
     bad = parser.parse_args(["simulate", "--strategies", "mopps", "--seeds", "1", "--steps", "2", "--pool", "32",
                              "--eval-size", "8", "--out", str(tmp_path), "--quiet"])
     assert bad.func(bad) == 2  # no uniform and no --target

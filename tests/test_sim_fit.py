@@ -214,3 +214,14 @@ def test_simulate_fit_sets_polarise_from_a_run_whose_spread_grew(tmp_path, capsy
     given = parser.parse_args(["simulate", "--fit", str(d), "--polarise", "0.3", "--out", str(out), "--quiet"])
     assert given.func(given) == 2
     assert "--polarise" in capsys.readouterr().err
+
+
+def test_a_run_stopped_by_its_token_budget_is_simulated_for_the_steps_it_ran(tmp_path) -> None:
+    from rollwise.sim.fit import run_scale
+
+    d = _run_dir(tmp_path, {1: [["gcd:train:1", "0101"]], 2: [["gcd:train:2", "0011"]]}, scale=(4, 4, 1000, 200))
+    assert run_scale(d)["steps"] == 1000  # max_steps: the run was meant to go on
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    cfg["train"]["max_rollout_tokens"] = 27000
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert run_scale(d)["steps"] == 2  # the budget stopped it after the steps it logged

@@ -206,6 +206,12 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2
+    flat = [r.seed for r in results.get("uniform", []) if r.accuracy[-1] <= r.accuracy[0] + 1e-6]
+    if args.target is None and flat:  # then every run "reaches" uniform's final accuracy at 0 rollouts
+        print(f"rollwise simulate: warning: uniform did not gain on {len(flat)} of {len(seeds)} seeds (its final "
+              "held-out accuracy is not above its start), so reaching it is no test there and the shares say "
+              "nothing; raise --steps or --lr" + (" (the fitted learning rate is about 0: fit a longer run)"
+                                                  if fitted is not None else ""), file=sys.stderr)
     total = base.budget * args.steps
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
     title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "

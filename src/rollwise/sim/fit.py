@@ -129,18 +129,25 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
 
 
 def run_scale(run_dir: str | Path) -> dict[str, int]:
-    """The run's prompts per step, group size, steps and training pool, from its config.yaml."""
+    """The run's prompts per step, group size, steps and training pool, from its config.yaml. A run
+    that a rollout-token budget stops (train.max_rollout_tokens) counts the steps it logged, not
+    train.max_steps, which such runs set high."""
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FitError(f"{run_dir} has no config.yaml; give --fit the folder of a `rollwise train` run")
     cfg = yaml.safe_load(path.read_text()) or {}
     try:
-        return {"prompts_per_step": int(cfg["rollout"]["prompts_per_step"]),
-                "num_generations": int(cfg["rollout"]["num_generations"]),
-                "steps": int(cfg["train"]["max_steps"]), "pool": int(cfg["data"]["train_size"])}
+        scale = {"prompts_per_step": int(cfg["rollout"]["prompts_per_step"]),
+                 "num_generations": int(cfg["rollout"]["num_generations"]),
+                 "steps": int(cfg["train"]["max_steps"]), "pool": int(cfg["data"]["train_size"])}
     except (KeyError, TypeError, ValueError) as e:
         raise FitError(f"{path} lacks {e} (rollout.prompts_per_step, rollout.num_generations, "
                        "train.max_steps, data.train_size); is it a rollwise run's resolved config?") from None
+    if (cfg.get("train") or {}).get("max_rollout_tokens") is not None:
+        logged = [r["step"] for r in read_metrics(run_dir) if "rollout/rollouts" in r]
+        if logged:
+            scale["steps"] = min(scale["steps"], max(logged))
+    return scale
 
 
 # 2 * log-likelihood gain that a free unsolvable share must bring over none to be kept: the 5% critical

@@ -218,6 +218,22 @@ def test_an_emulated_bf16_is_said_once_before_training(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_a_gpu_left_idle_is_said_before_training(monkeypatch, capsys):
+    import torch
+
+    from rollwise.loop import warn_idle_gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    warn_idle_gpu(load_config(None, []))
+    assert capsys.readouterr().err == ""  # no GPU: nothing to say
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    warn_idle_gpu(load_config(None, []))
+    assert "NVIDIA H200 is available but model.device=cpu; set model.device=cuda" in capsys.readouterr().err
+    warn_idle_gpu(load_config(None, ["model.device=cuda"]))
+    assert capsys.readouterr().err == ""
+
+
 def test_transpose_weights_is_refused_for_vllm_and_reaches_the_engine(tiny_model_dir):
     import torch
 

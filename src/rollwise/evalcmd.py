@@ -45,7 +45,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.data import build_items, encode_prompts
     from rollwise.engine import HFEngine
     from rollwise.evaluate import evaluate
-    from rollwise.loop import _as_list, load_policy, set_threads, warn_slow_dtype
+    from rollwise.loop import _as_list, load_policy, set_threads, warn_idle_gpu, warn_slow_dtype
     from rollwise.models import (
         apply_lora,
         compute_dtype,
@@ -59,6 +59,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     cfg, ckpt = _target_config(args.target, args.items)
     set_threads(cfg.run.torch_threads)
     warn_slow_dtype(cfg)
+    warn_idle_gpu(cfg)
     runner = RewardRunner(cfg.reward)
     _, eval_items = build_items(cfg.data, cfg.run.seed)
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)

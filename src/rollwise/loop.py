@@ -77,6 +77,13 @@ def warn_slow_dtype(cfg: Config) -> None:
         print(f"rollwise: warning: {msg}", file=sys.stderr)
 
 
+def warn_idle_gpu(cfg: Config) -> None:
+    """One line on stderr when a CUDA GPU is there but the config trains and generates on the CPU."""
+    if cfg.model.device == "cpu" and cfg.rollout.engine != "vllm" and torch.cuda.is_available():
+        print(f"rollwise: warning: {torch.cuda.get_device_name(0)} is available but model.device=cpu; set "
+              "model.device=cuda to train and generate on it", file=sys.stderr)
+
+
 def warn_unused_settings(cfg: Config) -> None:
     """One line on stderr per option set away from its default that this config never reads."""
     for line in unused_settings(cfg):
@@ -193,6 +200,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
     warn_slow_dtype(cfg)
+    warn_idle_gpu(cfg)
     warn_unused_settings(cfg)
     run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
 

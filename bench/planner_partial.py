@@ -6,7 +6,7 @@ every run's metrics.jsonl, so it is exploratory wherever the study's rule counts
 
 Per seed: uniform's final accuracy and tokens; the strategy's tokens spent and its last
 evaluation; the first evaluation at or above uniform's final (its tokens as a share of
-uniform's, or "not by X" with X the share it had spent when it stopped); and the strategy's
+uniform's, or "not by X" with X its last evaluation's tokens as a share of uniform's); and the strategy's
 accuracy at its last evaluation minus uniform's at the same tokens (linear between uniform's
 evaluations). Then the median share ("not by" counts as above every share) and the mean
 difference with its standard error over seeds.

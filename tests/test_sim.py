@@ -360,7 +360,11 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     still = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive", "--seeds", "2", "--steps", "3", "--lr", "0",
                                "--pool", "48", "--eval-size", "16", "--out", str(tmp_path), "--quiet"])
     assert still.func(still) == 0
-    assert "uniform did not gain on 2 of 2 seeds" in capsys.readouterr().err  # every share would read 0.00
+    assert "uniform gained less than 0.5 points of held-out accuracy on 2 of 2 seeds" in capsys.readouterr().err
+    lone = parser.parse_args(["simulate", "--strategies", "uniform", "--seeds", "1", "--steps", "2",
+                              "--polarise-law", "add", "--pool", "48", "--eval-size", "16", "--out", str(tmp_path)])
+    assert lone.func(lone) == 2
+    assert "give --polarise" in capsys.readouterr().err  # a law for a polarisation that is not there
     bad = parser.parse_args(["simulate", "--strategies", "mopps", "--seeds", "1", "--steps", "2", "--pool", "32",
                              "--eval-size", "8", "--out", str(tmp_path), "--quiet"])
     assert bad.func(bad) == 2  # no uniform and no --target

@@ -145,6 +145,13 @@ def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
     assert two.func(two) == 0
     assert "fitted to 2 runs" in capsys.readouterr().out
     assert json.loads((out / "results.json").read_text())["fit"]["groups"] == 300
+    twice = parser.parse_args(["simulate", "--fit", str(d), str(d), "--out", str(out), "--quiet"])
+    assert twice.func(twice) == 2
+    assert "given twice" in capsys.readouterr().err
+    mean = parser.parse_args(["simulate", "--fit", str(d), "--fit-steps", "5", "--law", "mean", "--strategies", "uniform",
+                              "--seeds", "1", "--steps", "3", "--eval-size", "16", "--out", str(out)])
+    assert mean.func(mean) == 0
+    assert "--law mean --eval-size 16" in capsys.readouterr().out  # the equivalent command repeats them
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.yaml").write_text(yaml.safe_dump({"rollout": {"prompts_per_step": 8, "num_generations": 4},
@@ -241,3 +248,6 @@ def test_a_run_stopped_by_its_token_budget_is_simulated_for_the_steps_it_ran(tmp
     cfg["train"]["max_rollout_tokens"] = 27000
     (d / "config.yaml").write_text(yaml.safe_dump(cfg))
     assert run_scale(d)["steps"] == 2  # the budget stopped it after the steps it logged
+    (d / "config.yaml").write_text("rollout: [unclosed\n")
+    with pytest.raises(FitError, match="not valid YAML"):
+        run_scale(d)

@@ -65,6 +65,13 @@ def test_any_full_disk_error_reaches_the_user_as_a_message(monkeypatch, capsys):
     assert "disk full writing /runs/x/config.yaml" in err and "--resume" in err
 
 
+def test_the_out_of_memory_hint_fits_the_command():
+    from rollwise.cli import memory_hint
+
+    assert "eval.batch_size" in memory_hint("eval") and "--resume" not in memory_hint("eval")
+    assert "train.micro_batch_size" in memory_hint("train") and "--resume" in memory_hint("train")
+
+
 @pytest.mark.parametrize("exc", ["torch", "python"])
 def test_out_of_memory_is_a_message_that_says_what_to_lower(monkeypatch, capsys, exc):
     import torch
@@ -81,6 +88,14 @@ def test_out_of_memory_is_a_message_that_says_what_to_lower(monkeypatch, capsys,
     err = capsys.readouterr().err
     assert "out of memory" in err and "train.micro_batch_size" in err and "--resume" in err
     assert ("Tried to allocate 2.00 GiB" in err and "more detail" not in err) if exc == "torch" else "MemoryError" in err
+
+    def cpu_allocator(args):  # what torch's CPU allocator raises: a plain RuntimeError
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 35184372088832 bytes.")
+
+    monkeypatch.setattr(cli, "cmd_options", cpu_allocator)
+    assert cli.main(["options"]) == 2
+    assert "out of memory ([enforce fail" in capsys.readouterr().err
 
     def other(args):
         raise RuntimeError("a bug")

@@ -130,6 +130,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Python's MemoryError, torch's OutOfMemoryError (GPU), or the RuntimeError torch's CPU allocator raises."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    text = str(e).lower()
+    return isinstance(e, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def memory_hint(command: str | None) -> str:
+    """What to lower after running out of memory, for the command that ran."""
+    if command == "eval":
+        return ("Lower eval.batch_size (sequences evaluated together) or eval.max_completion_length, or evaluate "
+                "fewer items (data.eval_size).")
+    return ("Lower train.micro_batch_size (sequences per forward/backward), rollout.batch_size or rollout.num_slots "
+            "(sequences generated together) or rollout.max_completion_length, or train LoRA adapters "
+            "(model.lora.enabled=true). A run continues from its last checkpoint with `rollwise train --resume "
+            "RUN_DIR KEY=VALUE`, e.g. train.micro_batch_size=4.")
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -154,14 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rollwise: interrupted{hint}", file=sys.stderr)
         return 130
     except (MemoryError, RuntimeError) as e:
-        if not isinstance(e, MemoryError) and type(e).__name__ != "OutOfMemoryError":  # torch's, CPU or GPU
+        if not out_of_memory(e):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"rollwise: error: out of memory ({first}). Lower train.micro_batch_size (sequences per "
-              "forward/backward), rollout.batch_size or rollout.num_slots (sequences generated together) or "
-              "rollout.max_completion_length, or train LoRA adapters (model.lora.enabled=true). A run continues from "
-              "its last checkpoint with `rollwise train --resume RUN_DIR KEY=VALUE`, e.g. train.micro_batch_size=4.",
-              file=sys.stderr)
+        print(f"rollwise: error: out of memory ({first}). {memory_hint(args.command)}", file=sys.stderr)
         return 2
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):

@@ -135,7 +135,11 @@ def run_scale(run_dir: str | Path) -> dict[str, int]:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise FitError(f"{run_dir} has no config.yaml; give --fit the folder of a `rollwise train` run")
-    cfg = yaml.safe_load(path.read_text()) or {}
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise FitError(f"{path} is not valid YAML ({str(e).splitlines()[0]}); give --fit the folder of a "
+                       "`rollwise train` run") from None
     try:
         scale = {"prompts_per_step": int(cfg["rollout"]["prompts_per_step"]),
                  "num_generations": int(cfg["rollout"]["num_generations"]),

@@ -11,9 +11,9 @@
 #
 # Settings (environment): SEEDS (uniform + adaptive), SEEDS2 (dapo + mopps; "" for none), TOKENS,
 # EVAL_SIZE, EVAL_EVERY, JOBS, DEADLINE. The defaults are what ran on 2026-12-04; there no adaptive
-# run finished in 470 s, evaluation taking 35 s per 1,000 items (bench/RESULTS.md). Next time
-# EVAL_EVERY=6 EVAL_SIZE=500 SEEDS2="" should leave the runs time to finish (an estimate from
-# those rates, not measured).
+# run finished in 470 s, evaluation taking 35 s per 1,000 items (bench/RESULTS.md). The next
+# study is written down in bench/preregistered/planner_gpu2.txt (400 items, no wave 2): by an
+# estimate from those rates, not a measurement, its runs finish in time.
 #
 # Results: $OUT (or bench/out/gpu) gets smoke.log / study.log, runs.tgz (every run's metrics and
 # curve) and table.md. bench/preregistered/planner_gpu.txt says what the study asks and decides.

@@ -76,6 +76,15 @@ def test_polarising_gain_widens_the_spread_hand_computed() -> None:
         world(polarise=1.5)
 
 
+def test_a_threshold_evaluation_counts_the_held_out_prompts_above_it() -> None:
+    w = world(eval_threshold=0.3)
+    q = w.solve_rate(w.eval_idx)
+    assert w.eval_accuracy() == pytest.approx(float((q > 0.3).mean()))
+    assert world().eval_accuracy() == pytest.approx(float(q.mean()))  # 0: the mean solve rate, the same world
+    with pytest.raises(ValueError, match="eval_threshold"):
+        world(eval_threshold=1.0)
+
+
 def test_the_add_law_gives_each_prompt_a_learnability_of_its_own_hand_computed() -> None:
     w = world(lr=0.1, local_lr=0.0, drift=0.0, polarise=0.75, polarise_law="add")
     plain = world(lr=0.1, local_lr=0.0, drift=0.0)

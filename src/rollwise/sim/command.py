@@ -117,6 +117,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"Per-prompt memorisation gain from training on it (default {d.local_lr}).")
     p.add_argument("--drift", type=float, default=d.drift,
                    help=f"Per-step random-walk sd of prompt offsets (default {d.drift}).")
+    p.add_argument("--eval-threshold", type=float, default=d.eval_threshold,
+                   help="Held-out accuracy as the share of held-out prompts whose solve rate is above this (a "
+                        "stand-in for greedy evaluation, which real runs report); 0 = the mean solve rate, what "
+                        "sampled answers score (default 0).")
     p.add_argument("--max-len", type=int, default=d.max_len,
                    help=f"Response length cap; truncated responses score 0 (default {d.max_len}).")
     p.add_argument("--tasks", type=int, default=None,
@@ -170,7 +174,7 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
                        transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise,
-                       polarise_law=args.polarise_law)
+                       polarise_law=args.polarise_law, eval_threshold=args.eval_threshold)
     World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     return rows, fitted, params
 
@@ -326,7 +330,7 @@ def non_world_defaults() -> dict[str, Any]:
     """Flags that --fit leaves as given; the equivalent command repeats those set away from these."""
     d = SimParams()
     return {"law": d.law, "local_lr": d.local_lr, "drift": d.drift, "transfer": d.transfer, "max_len": d.max_len,
-            "eval_size": d.n_eval}
+            "eval_size": d.n_eval, "eval_threshold": d.eval_threshold}
 
 
 def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> None:

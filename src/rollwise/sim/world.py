@@ -83,6 +83,7 @@ class SimParams:
     feature_r2: float = 0.0  # share of the difficulty variance that a feature seen before any rollout explains
     polarise: float = 0.0  # share of the skill gain that widens the spread of difficulty (module docstring)
     polarise_law: str = "scale"  # scale: kappa * b_i; add: + g * v_i with a learnability v_i (module docstring)
+    eval_threshold: float = 0.0  # 0: held-out accuracy is the mean solve rate; t > 0: the share of prompts above t
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -128,6 +129,8 @@ class World:
         self.kappa = 1.0  # the spread's scale (grows with `polarise`)
         if not 0.0 <= params.polarise <= 1.0:
             raise ValueError(f"polarise must be in [0, 1], got {params.polarise}")
+        if not 0.0 <= params.eval_threshold < 1.0:
+            raise ValueError(f"eval_threshold must be in [0, 1), got {params.eval_threshold}")
         if params.polarise_law not in POLARISE_LAWS:
             raise ValueError(f"unknown polarise law '{params.polarise_law}'; allowed: {', '.join(POLARISE_LAWS)}")
         self.g = 0.0  # the learnability's weight (grows with `polarise` under the add law)
@@ -148,7 +151,11 @@ class World:
         return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
 
     def eval_accuracy(self) -> float:
-        return float(self.solve_rate(self.eval_idx).mean())
+        """The mean solve rate of the held-out prompts (sampled answers), or with eval_threshold t > 0 the
+        share of them whose rate is above t: a stand-in for greedy evaluation, where a prompt counts
+        once its correct answer is the most likely one."""
+        q = self.solve_rate(self.eval_idx)
+        return float((q > self.p.eval_threshold).mean()) if self.p.eval_threshold > 0 else float(q.mean())
 
     def mean_length(self) -> float:
         """Expected response length at the start (for a default token budget)."""

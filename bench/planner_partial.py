@@ -8,8 +8,10 @@ Per seed: uniform's final accuracy and tokens; the strategy's tokens spent and i
 evaluation; the first evaluation at or above uniform's final (its tokens as a share of
 uniform's, or "not by X" with X its last evaluation's tokens as a share of uniform's); and the strategy's
 accuracy at its last evaluation minus uniform's at the same tokens (linear between uniform's
-evaluations). Then the median share ("not by" counts as above every share) and the mean
-difference with its standard error over seeds.
+evaluations); and uniform's samples with a gradient per generated token over the strategy's, the
+share of tokens it would need if held-out skill followed those samples alone. Then the median
+share ("not by" counts as above every share), the mean difference with its standard error over
+seeds, and the median of that last ratio.
 """
 
 from __future__ import annotations
@@ -31,6 +33,17 @@ def read_curve(run_dir: Path) -> tuple[list[tuple[float, float]], float]:
     return points, max(tokens_at.values())
 
 
+def effective_per_token(run_dir: Path) -> float | None:
+    """Samples in groups with a gradient per generated token over the run (None where not logged)."""
+    eff = tok = 0.0
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        h = json.loads(line) if line.strip() else {}
+        if "planner/trained_samples" in h and "planner/effective_ratio_trained" in h and "rollout/generated_tokens" in h:
+            eff += h["planner/trained_samples"] * h["planner/effective_ratio_trained"]
+            tok += h["rollout/generated_tokens"]
+    return eff / tok if tok else None
+
+
 def at_tokens(points: list[tuple[float, float]], t: float) -> float:
     """Accuracy at `t` tokens, linear between evaluations (the last one beyond them)."""
     for (t0, a0), (t1, a1) in zip(points, points[1:]):
@@ -42,8 +55,9 @@ def at_tokens(points: list[tuple[float, float]], t: float) -> float:
 def compare(folder: Path, strategy: str) -> list[str]:
     label = strategy.replace(":", "+").replace("=", "-")
     rows = ["| seed | uniform final (tokens) | strategy tokens spent | its last evaluation | share to reach uniform's final "
-            "| last evaluation - uniform at equal tokens |", "|---|---|---|---|---|---|"]
-    shares, diffs = [], []
+            "| last evaluation - uniform at equal tokens | uniform's token share at equal effective samples |",
+            "|---|---|---|---|---|---|---|"]
+    shares, diffs, equal_eff = [], [], []
     for uni_dir in sorted(folder.glob("uniform-seed*")):
         seed = uni_dir.name.removeprefix("uniform-seed")
         other = folder / f"{label}-seed{seed}"
@@ -60,8 +74,13 @@ def compare(folder: Path, strategy: str) -> list[str]:
         t_last, a_last = pts[-1]
         diff = a_last - at_tokens(uni, t_last)
         diffs.append(diff)
+        eu, eo = effective_per_token(uni_dir), effective_per_token(other)
+        ratio = eu / eo if eu and eo else None  # tokens it needs for uniform's effective samples, as a share
+        if ratio is not None:
+            equal_eff.append(ratio)
         rows.append(f"| {seed} | {target:.1%} ({total:,.0f}) | {spent:,.0f} | {a_last:.1%} at {t_last:,.0f} "
-                    f"| {f'{share:.2f}' if reach is not None else f'not by {pts[-1][0] / total:.2f}'} | {diff * 100:+.1f} |")
+                    f"| {f'{share:.2f}' if reach is not None else f'not by {pts[-1][0] / total:.2f}'} | {diff * 100:+.1f} "
+                    f"| {'-' if ratio is None else f'{ratio:.2f}'} |")
     if not diffs:
         return [f"no seed has both uniform and {strategy} under {folder}"]
     se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
@@ -69,6 +88,9 @@ def compare(folder: Path, strategy: str) -> list[str]:
     rows += ["", f"{strategy}: {len(diffs)} seeds; share median {'above every share' if med == float('inf') else f'{med:.2f}'}, "
              f"at most 0.5 on {sum(s <= 0.5 for s in shares)} of {len(shares)}; last evaluation - uniform at equal tokens "
              f"{statistics.mean(diffs) * 100:+.1f} points (SE {se * 100:.1f}), ahead on {sum(d > 0 for d in diffs)} of {len(diffs)}"]
+    if equal_eff:  # what the share would be if held-out skill followed effective samples alone
+        rows.append(f"uniform's token share at equal effective samples: median {statistics.median(equal_eff):.2f} "
+                    f"over {len(equal_eff)} seeds")
     return rows
 
 

@@ -37,7 +37,16 @@ def test_compare_share_not_by_and_equal_token_difference(tmp_path):
     # seed 2 stopped at 150 tokens without reaching 0.30: "not by 0.75"; 0.20 - 0.25 = -0.05
     write_run(tmp_path / "adaptive-seed2", [75, 150], {0: 0.10, 2: 0.20})
     rows = partial.compare(tmp_path, "adaptive")
-    assert "| 1 | 30.0% (200) | 120 | 27.0% at 120 | 0.40 | +5.0 |" in rows
-    assert "| 2 | 30.0% (200) | 150 | 20.0% at 150 | not by 0.75 | -5.0 |" in rows
+    assert "| 1 | 30.0% (200) | 120 | 27.0% at 120 | 0.40 | +5.0 | - |" in rows  # no planner metrics: no ratio
+    assert "| 2 | 30.0% (200) | 150 | 20.0% at 150 | not by 0.75 | -5.0 | - |" in rows
     assert "share median above every share, at most 0.5 on 1 of 2" in rows[-1]
     assert "+0.0 points (SE 5.0), ahead on 1 of 2" in rows[-1]
+
+
+def test_effective_samples_per_token(tmp_path):
+    d = tmp_path / "r"
+    d.mkdir()
+    steps = [{"step": 1, "planner/trained_samples": 64, "planner/effective_ratio_trained": 0.5, "rollout/generated_tokens": 1000},
+             {"step": 2, "planner/trained_samples": 32, "planner/effective_ratio_trained": 1.0, "rollout/generated_tokens": 600}]
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in steps) + "\n")
+    assert partial.effective_per_token(d) == pytest.approx((32 + 32) / 1600)

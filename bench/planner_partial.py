@@ -17,14 +17,15 @@ seeds, and the median of that last ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+
+from rollwise.tracking import read_metrics
 
 
 def read_curve(run_dir: Path) -> tuple[list[tuple[float, float]], float]:
     """[(cumulative rollout tokens, held-out accuracy)] at each evaluation, and the tokens spent."""
-    hist = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    hist = read_metrics(run_dir)  # a line cut short by the deadline's kill is skipped
     tokens_at = {0: 0.0}
     for h in hist:
         if "rollout/tokens_total" in h:
@@ -36,8 +37,7 @@ def read_curve(run_dir: Path) -> tuple[list[tuple[float, float]], float]:
 def effective_per_token(run_dir: Path) -> float | None:
     """Samples in groups with a gradient per generated token over the run (None where not logged)."""
     eff = tok = 0.0
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        h = json.loads(line) if line.strip() else {}
+    for h in read_metrics(run_dir, warn=False):
         if "planner/trained_samples" in h and "planner/effective_ratio_trained" in h and "rollout/generated_tokens" in h:
             eff += h["planner/trained_samples"] * h["planner/effective_ratio_trained"]
             tok += h["rollout/generated_tokens"]

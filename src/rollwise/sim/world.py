@@ -145,9 +145,13 @@ class World:
         self.rng = np.random.default_rng([seed, 29])
 
     # ----------------------------------------------------------------- truth
+    def _logit(self, idx: np.ndarray | int) -> np.ndarray:
+        """a_i * (theta + phi_task + delta_i - kappa * b_i + g * v_i): the item-response logit of prompts idx."""
+        return self.a[idx] * (self.theta + self.phi[self.task[idx]] + self.delta[idx] - self.kappa * self.b[idx]
+                              + self.g * self.v[idx])
+
     def solve_rate(self, idx: np.ndarray) -> np.ndarray:
-        z = self.a[idx] * (self.theta + self.phi[self.task[idx]] + self.delta[idx] - self.kappa * self.b[idx]
-                            + self.g * self.v[idx])
+        z = self._logit(idx)
         return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
 
     def eval_accuracy(self) -> float:
@@ -167,8 +171,7 @@ class World:
     # ----------------------------------------------------------------- engine + rewarder
     def generate(self, req: Request) -> GroupResult:
         i = self.index[req.uid]
-        z = self.a[i] * (self.theta + self.phi[self.task[i]] + self.delta[i] - self.kappa * self.b[i]
-                       + self.g * self.v[i])
+        z = float(self._logit(i))
         q = 1.0 / (1.0 + math.exp(-z)) if self.solvable[i] else 0.0
         correct = self.rng.random(req.n) < q
         med = self.log_med[i] + np.where(correct, 0.0, math.log(self.p.wrong_length_factor))

@@ -178,6 +178,24 @@ def test_run_is_deterministic_and_spends_the_budget() -> None:
     assert 0 <= a.effective <= a.generated
 
 
+def test_a_strategy_with_its_own_step_budget_spends_the_same_total() -> None:
+    """A row's budget_rollouts sets its step size, not its total: half the step, about twice the steps."""
+    spec = RunSpec("uniform", 3, steps=8, prompts_per_step=4, num_generations=4, params=SMALL)
+    whole = run_one(spec)
+    half = run_one(RunSpec("uniform", 3, steps=8, prompts_per_step=4, num_generations=4, params=SMALL,
+                           planner={"budget_rollouts": 8}))
+    assert whole.budget_total == half.budget_total == 8 * 16
+    assert half.rollouts[-1] == whole.rollouts[-1] == 8 * 16
+    assert np.all(np.diff(half.rollouts) == 8) and len(half.rollouts) == 2 * len(whole.rollouts) - 1
+    # under the signal law the gain is linear in effective samples; under `mean` (a loss averaged
+    # over each step's batch) it is per step, so twice the steps of the same quality learn more
+    mean = replace(SMALL, law="mean")
+    whole_m = run_one(RunSpec("uniform", 3, steps=8, prompts_per_step=4, num_generations=4, params=mean))
+    half_m = run_one(RunSpec("uniform", 3, steps=8, prompts_per_step=4, num_generations=4, params=mean,
+                             planner={"budget_rollouts": 8}))
+    assert half_m.accuracy[-1] > whole_m.accuracy[-1]
+
+
 class _ScriptedWorld:
     """Lengths by uid and request number; every reward 1 (a stand-in for World.generate)."""
 
@@ -395,7 +413,8 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     # arguments out of range, and planner fields the simulator sets itself: a message, not a traceback
     for bad_args, says in ((["--seeds", "0"], "--seeds must be >= 1"), (["--budget", "0"], "--budget must be >= 1"),
                            (["--unsolvable", "2"], "--unsolvable is a share"), (["--max-len", "0"], "--max-len"),
-                           (["--strategies", "uniform:budget_rollouts=64"], "set by the simulator")):
+                           (["--strategies", "uniform:strategy=dapo"], "name before the first ':'"),
+                           (["--strategies", "uniform:budget_tokens=900"], "budget_rollouts=N, not budget_tokens")):
         a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
         assert a.func(a) == 2
         assert says in capsys.readouterr().err

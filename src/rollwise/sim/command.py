@@ -46,9 +46,8 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
         if "=" not in p:
             raise ValueError(f"strategy '{text}': '{p}' is not KEY=VALUE (a planner config field)")
         k, v = p.split("=", 1)
-        if k in ("strategy", "budget_rollouts", "budget_tokens"):
-            raise ValueError(f"strategy '{text}': {k} is set by the simulator (the name before the first ':', "
-                             "--budget and --unit); drop it")
+        if k == "strategy":
+            raise ValueError(f"strategy '{text}': the strategy is the name before the first ':'; drop strategy=")
         over[k] = yaml.safe_load(v)
     try:
         build_config({"planner": {"strategy": name, **split_oracle(over)[0]}})
@@ -76,7 +75,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Strategies to compare; ':key=value' sets planner config fields for one row; "
                    "':estimator=oracle' (simulator only) gives the preset the true solve rates, a ceiling; "
                    "'oracle_seen' and 'oracle_visit' only those of prompts rolled out before (now, or at their "
-                   "last visit) "
+                   "last visit); ':budget_rollouts=N' (':budget_tokens=N' with --unit tokens) a step budget of "
+                   "the row's own, its total unchanged "
                    f"(default: all: {' '.join(STRATEGIES)}).")
     p.add_argument("--fit", type=Path, nargs="+", default=None, metavar="RUN_DIR",
                    help="Fit the world to training runs' own rollouts: the first visit of each prompt (in steps "
@@ -162,6 +162,10 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
         if over.get("length_prior") and not args.feature_r2:
             raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
                              "length in training); give the simulated prompts one with --feature-r2 R2")
+        other = "budget_tokens" if args.unit == "rollouts" else "budget_rollouts"
+        if other in over:
+            raise ValueError(f"strategy '{text}': the run's total budget is counted in {args.unit} (--unit), so a "
+                             f"strategy's own step budget is budget_{args.unit}=N, not {other}")
     fitted = fit_from_run(args) if args.fit is not None else None
     if args.polarise_law is not None and not args.polarise:
         raise ValueError(f"--polarise-law {args.polarise_law} says how --polarise widens the spread; give --polarise "

@@ -71,7 +71,8 @@ def run_one(spec: RunSpec) -> RunResult:
     budget = spec.budget or default_budget(spec)
     key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
     over, oracle = split_oracle(spec.planner)
-    cfg = PlannerConfig(strategy=spec.strategy, **{key: budget}, **over)
+    step_budget = over.pop(key, None) or budget  # a strategy's own step budget; the total stays steps * budget
+    cfg = PlannerConfig(strategy=spec.strategy, **{key: step_budget}, **over)
     feature = world.feature[: spec.params.n_train].tolist() if spec.params.feature_r2 > 0 else None
     planner = build_planner(cfg, world.train_uids, spec.prompts_per_step, spec.num_generations,
                             spec.params.max_len, spec.seed, prompt_lengths=feature)
@@ -81,7 +82,7 @@ def run_one(spec: RunSpec) -> RunResult:
     rollouts, tokens, acc, latency = [0.0], [0.0], [world.eval_accuracy()], [0.0]
     eff = gen = trained = notes = 0
     wrong, correct = [], []
-    for step in range(spec.steps * 20):
+    for step in range(spec.steps * 20 * max(1, -(-budget // step_budget))):
         groups, took = play_step(planner, world, step, spec.overlap)
         latency.append(latency[-1] + took)
         out = planner.end_step()

@@ -14,7 +14,9 @@ prompts. The rollout-token budget is the same for every strategy of a seed: what
 generates in `--uniform-steps` steps of that seed (uniform runs first), or `--tokens` if
 given. Greedy held-out accuracy is measured every `--eval-every` steps on the same held-out
 items (uniform: every `--uniform-eval-every` steps, ending at its last step).
-A strategy is `name` or `name:key=value:...` (planner config fields), as in `rollwise simulate`.
+A strategy is `name` or `name:key=value:...` (planner config fields), as in `rollwise simulate`;
+`budget_rollouts=N` there sets that strategy's step size (`uniform:budget_rollouts=32` is uniform
+with 4 prompts x 8 samples a step), its total being uniform's tokens as for every other strategy.
 A run whose curve is already in the output folder is not run again.
 
 Writes bench/out/planner/{results.json,curves.png,table.md}. The table has one row per

@@ -414,7 +414,11 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     for bad_args, says in ((["--seeds", "0"], "--seeds must be >= 1"), (["--budget", "0"], "--budget must be >= 1"),
                            (["--unsolvable", "2"], "--unsolvable is a share"), (["--max-len", "0"], "--max-len"),
                            (["--strategies", "uniform:strategy=dapo"], "name before the first ':'"),
-                           (["--strategies", "uniform:budget_tokens=900"], "budget_rollouts=N, not budget_tokens")):
+                           (["--strategies", "uniform:budget_tokens=900"], "budget_rollouts=N, not budget_tokens"),
+                           (["--strategies", "uniform", "adaptive:budget_rollouts="], "has no value"),
+                           (["--strategies", "uniform", "adaptive:budget_rollouts=8:budget_rollouts=16"], "given twice"),
+                           (["--strategies", "uniform", "uniform:budget_rollouts=1000000"], "more than the run's total"),
+                           (["--strategies", "uniform:budget_rollouts=128", "adaptive"], "a plain 'uniform' row")):
         a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
         assert a.func(a) == 2
         assert says in capsys.readouterr().err

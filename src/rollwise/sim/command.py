@@ -46,6 +46,10 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
         if "=" not in p:
             raise ValueError(f"strategy '{text}': '{p}' is not KEY=VALUE (a planner config field)")
         k, v = p.split("=", 1)
+        if not v.strip():
+            raise ValueError(f"strategy '{text}': '{p}' has no value")
+        if k in over:
+            raise ValueError(f"strategy '{text}': {k} is given twice")
         if k == "strategy":
             raise ValueError(f"strategy '{text}': the strategy is the name before the first ':'; drop strategy=")
         over[k] = yaml.safe_load(v)
@@ -197,6 +201,18 @@ def run_command(args: argparse.Namespace) -> int:
     base = RunSpec("uniform", 0, steps=args.steps, prompts_per_step=args.prompts_per_step,
                    num_generations=args.num_generations, unit=args.unit, budget=args.budget, params=params)
     base.budget = args.budget or default_budget(base)
+    total = base.budget * args.steps
+    key = f"budget_{args.unit}"
+    for text, (_, over) in zip(args.strategies, rows):
+        if over.get(key) is not None and over[key] > total:
+            print(f"rollwise simulate: error: strategy '{text}': its step budget {over[key]:,} is more than the run's "
+                  f"total ({base.budget:,} {args.unit}/step x {args.steps} steps = {total:,}); give a step budget of at "
+                  "most the total", file=sys.stderr)
+            return 2
+    if args.target is None and "uniform" not in args.strategies:
+        print("rollwise simulate: error: the target is uniform's final accuracy, so --strategies needs a plain "
+              "'uniform' row (no ':key=value'), or give --target", file=sys.stderr)
+        return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
     t0 = time.perf_counter()
     results = {}
@@ -226,7 +242,6 @@ def run_command(args: argparse.Namespace) -> int:
               "the shares say little; raise --steps or --lr" + (
                   " (the fitted learning rate is about 0: fit a longer run or more runs)"
                   if getattr(args, "lr_fitted", False) else ""), file=sys.stderr)
-    total = base.budget * args.steps
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
     title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              f"budget {base.budget} {args.unit}/step x "

@@ -76,7 +76,7 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
     effective ratio. With target None each seed's target is uniform's final accuracy in
     that seed (paired comparison)."""
     if target is None and "uniform" not in results:
-        raise ValueError("pass --target, or include 'uniform' in --strategies (its final accuracy is the target)")
+        raise ValueError("pass --target, or include a plain 'uniform' row (no ':key=value') in --strategies: its final accuracy is the target")
     base = {r.seed: float(curve(r, unit)[-1]) for r in results.get("uniform", [])}
     base_latency = {r.seed: float(r.latency[-1]) for r in results.get("uniform", []) if r.latency is not None}
     out: dict[str, dict[str, Stat]] = {}

@@ -252,6 +252,16 @@ def test_overlapped_run_spends_the_same_budget_and_reports_latency() -> None:
     assert 0.5 < share <= 1.0
 
 
+def test_uniform_latency_share_is_one_when_its_last_step_overshoots_the_budget() -> None:
+    """Under a token budget uniform's last step overshoots the total; its own target is its accuracy
+    at the total, so its latency share is 1, not the overshot run's (it once read 0.95)."""
+    x = np.array([0.0, 10.0, 20.0, 25.0])
+    over = RunResult("uniform", 0, x, x, np.array([0.1, 0.2, 0.3, 0.4]), 5, 10, 0.2, 0.1, 0, 22.0,
+                     latency=np.array([0.0, 5.0, 10.0, 12.5]))
+    s = summarize({"uniform": [over]}, "tokens", None)["uniform"]
+    assert s["latency_share"].mean == pytest.approx(1.0) and s["reach_share"].mean == pytest.approx(1.0)
+
+
 def test_token_budget_run() -> None:
     spec = RunSpec("knapsack", 0, steps=6, prompts_per_step=4, num_generations=4, unit="tokens", params=SMALL)
     r = run_one(spec)

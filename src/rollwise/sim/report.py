@@ -78,7 +78,10 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
     if target is None and "uniform" not in results:
         raise ValueError("pass --target, or include a plain 'uniform' row (no ':key=value') in --strategies: its final accuracy is the target")
     base = {r.seed: float(curve(r, unit)[-1]) for r in results.get("uniform", [])}
-    base_latency = {r.seed: float(r.latency[-1]) for r in results.get("uniform", []) if r.latency is not None}
+    # uniform's latency at the total budget: its last step can overshoot a token budget, and its
+    # own "to target" is capped there
+    base_latency = {r.seed: float(np.interp(r.budget_total, spend(r, unit), r.latency))
+                    for r in results.get("uniform", []) if r.latency is not None}
     out: dict[str, dict[str, Stat]] = {}
     for name, runs in results.items():
         reach = np.array([first_reach(r, unit, target if target is not None else base[r.seed]) for r in runs])

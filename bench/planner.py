@@ -58,8 +58,10 @@ def curve(run_dir: Path, max_step: int | None = None) -> dict:
         if "planner/effective_ratio" in h:
             eff.append(h["planner/effective_ratio"])
     points = [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"]) for h in hist if "eval/accuracy" in h]
+    lengths = [h["eval/response_len_mean"] for h in hist if "eval/response_len_mean" in h]
     steps = max(tokens_at)
-    return {"points": points, "steps": steps, "effective_ratio": statistics.mean(eff) if eff else 0.0}
+    return {"points": points, "steps": steps, "effective_ratio": statistics.mean(eff) if eff else 0.0,
+            "answer_length": [lengths[0], lengths[-1]] if lengths else None}
 
 
 def tokens_to_reach(points: list, target: float) -> float | None:
@@ -147,6 +149,9 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     if not loaded:
         print(f"no finished runs under {out}")
         return 1
+    for d, r in loaded:  # curves saved before answer lengths were: read them from the run's metrics
+        if r.get("answer_length") is None and (d / "metrics.jsonl").exists():
+            r["answer_length"] = curve(d)["answer_length"]
     runs = [r for _, r in loaded]
     differ = compare_environments({d.name: load_environment(d) for d, _ in loaded})
     if differ:  # runs computed on different CPUs, thread counts or libraries do not pair seed by seed
@@ -162,8 +167,9 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
         print("Warning: uniform did not gain on these seeds, so reaching its final accuracy is no test there "
               "(every run starts at or above it; shares of 0.00):\n  " + "\n  ".join(flat) + "\n")
     lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | tokens spent (mean) | steps (mean) | "
-             "effective ratio | tokens to uniform's final (per seed) | share of uniform's tokens |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "effective ratio | held-out answer tokens, start -> end | tokens to uniform's final (per seed) "
+             "| share of uniform's tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for strategy, seeds in by.items():
         per_seed, shares = [], []
         for seed, r in sorted(seeds.items()):
@@ -177,11 +183,14 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
         ok = len(shares) == len(per_seed) and shares
         share = f"{statistics.mean(shares):.2f}" if ok else f"- ({len(shares)}/{len(per_seed)} reached)"
         mean = statistics.mean
+        lens = [r["answer_length"] for r in seeds.values() if r.get("answer_length")]
+        length = f"{mean(a for a, _ in lens):.1f} -> {mean(b for _, b in lens):.1f}" if lens else "-"
         lines.append(
             f"| {strategy} | {len(seeds)} | {mean(r['points'][0][1] for r in seeds.values()):.1%} "
             f"| {mean(r['points'][-1][1] for r in seeds.values()):.1%} "
             f"| {mean(r['points'][-1][0] for r in seeds.values()):,.0f} | {mean(r['steps'] for r in seeds.values()):.1f} "
-            f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {', '.join(per_seed) or '-'} | {share} |")
+            f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {length} | {', '.join(per_seed) or '-'} "
+            f"| {share} |")
     for base in ["uniform", *(versus or [])]:
         if base not in by:
             continue

@@ -31,7 +31,7 @@ from rollwise.sim.fit import (
     run_scale,
 )
 from rollwise.sim.oracle import split_oracle
-from rollwise.sim.report import markdown_table, plot_curves, print_table, summarize
+from rollwise.sim.report import legend, markdown_table, plot_curves, print_table, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
 from rollwise.sim.world import LAWS, POLARISE_LAWS, SimParams, World
 
@@ -247,9 +247,12 @@ def run_command(args: argparse.Namespace) -> int:
              f"budget {base.budget} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)
+    if not args.quiet:
+        print(legend(args.unit))
     args.out.mkdir(parents=True, exist_ok=True)
     png = plot_curves(results, args.unit, args.out / "curves.png", title)
-    (args.out / "table.md").write_text(f"{title}\n\n{markdown_table(summary, args.unit, len(seeds))}")
+    (args.out / "table.md").write_text(f"{title}\n\n{markdown_table(summary, args.unit, len(seeds))}\n"
+                                       f"{legend(args.unit)}\n")
     (args.out / "results.json").write_text(json.dumps({
         "args": {k: str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "fit" and v else v
                  for k, v in vars(args).items() if k != "func"},

@@ -147,6 +147,14 @@ def print_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int, titl
     Console(width=max(name_width + 220, Console().width)).print(t)
 
 
+def legend(unit: str) -> str:
+    """What the table's columns mean, printed under it."""
+    return (f"to target: {unit} (thousands) spent when held-out accuracy first reaches the target, mean over "
+            "the seeds that reached it (see 'reached'); share of budget: the same as a share of the run's total; "
+            "latency: decode steps until then as a share of uniform's whole run (same seed); effective ratio: "
+            "share of generated rollouts in groups with a gradient (of trained samples: the issue's wording).")
+
+
 def markdown_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int) -> str:
     hs = headers(unit)
     lines = ["| " + " | ".join(hs) + " |", "|" + "|".join("---" for _ in hs) + "|"]

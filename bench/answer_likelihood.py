@@ -80,10 +80,7 @@ def explained(x: np.ndarray, c: np.ndarray, n: int, tasks: list[str], seed: int 
 
 def replay(seeds: int = 50, steps: int = 40) -> None:
     """The planner at fixed weights with each prior feature (module docstring)."""
-    from fixed_weights import replay_planner
-
-    from rollwise.config import PlannerConfig
-    from rollwise.planner import build_planner
+    from fixed_weights import replay_with_prior
 
     data = json.loads(Path("bench/out/prior_features.json").read_text())
     lik = json.loads(Path("bench/out/answer_likelihood.json").read_text())["per_prompt"]["the answer is: sum"]
@@ -91,16 +88,7 @@ def replay(seeds: int = 50, steps: int = 40) -> None:
     uids = [f"{r['task']}:{i}" for i, r in enumerate(rows)]
     q = {u: (r["correct"] + 0.5) / (n + 1) for u, r in zip(uids, rows)}
     covs = {"none": None, "length": [r["length"] for r in rows], "answer log-prob": [-x for x in lik]}
-    res = {}
-    for name, cov in covs.items():
-        out = []
-        for seed in range(seeds):
-            rng = np.random.default_rng([seed, 7])
-            pl = build_planner(PlannerConfig(strategy="adaptive", length_prior=cov is not None), uids, 8, 8, 48,
-                               seed, cov)
-            gen, eff, chosen = replay_planner(pl, q, rng, steps)
-            out.append((eff / gen, eff, float(np.mean(chosen))))
-        res[name] = np.array(out)
+    res = {name: replay_with_prior(uids, q, cov, seeds, steps) for name, cov in covs.items()}
     print(f"replay: adaptive on the {len(uids)} measured prompts, 8 x 8, {steps} steps, {seeds} seeds")
     print(f"{'prior feature':18s} {'effective ratio':>15s} {'informative rollouts':>20s} {'mean rate of requests':>21s}")
     for name, a in res.items():

@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rollwise.config import build_config
@@ -81,3 +82,21 @@ def replay_planner(pl, q: dict[str, float], rng, steps: int) -> tuple[float, flo
         gen += m["rollout/rollouts"]
         eff += m["planner/effective_ratio"] * m["rollout/rollouts"]
     return gen, eff, chosen
+
+
+def replay_with_prior(uids: list[str], q: dict[str, float], covariate: list[float] | None, seeds: int,
+                      steps: int) -> np.ndarray:
+    """`adaptive` (with `length_prior` on `covariate`, if given) replayed at fixed weights against
+    prompts solved with rates `q`, one row per seed: effective ratio, rollouts in informative
+    groups, mean solve rate of the prompts requested."""
+    from rollwise.config import PlannerConfig
+    from rollwise.planner import build_planner
+
+    out = []
+    for seed in range(seeds):
+        rng = np.random.default_rng([seed, 7])
+        pl = build_planner(PlannerConfig(strategy="adaptive", length_prior=covariate is not None), uids, 8, 8, 48,
+                           seed, covariate)
+        gen, eff, chosen = replay_planner(pl, q, rng, steps)
+        out.append((eff / gen, eff, float(np.mean(chosen))))
+    return np.array(out)

@@ -35,7 +35,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from fixed_weights import count_correct, default_job, replay_planner  # bench/fixed_weights.py
+from fixed_weights import count_correct, default_job, replay_with_prior  # bench/fixed_weights.py
 
 
 def logistic_fit(x: np.ndarray, c: np.ndarray, n: int, iters: int = 50, ridge: float = 1e-3) -> np.ndarray:
@@ -88,23 +88,13 @@ def irt_unseen(tasks: list[str], lengths: np.ndarray, c: np.ndarray, n: int, obs
 
 def replay(seeds: int = 50, steps: int = 40) -> None:
     """The planner against the measured prompts at fixed weights (module docstring)."""
-    from rollwise.config import PlannerConfig
-    from rollwise.planner import build_planner
-
     data = json.loads(Path("bench/out/prior_features.json").read_text())
     rows, n = data["per_prompt"], data["samples"]
     uids = [f"{r['task']}:{i}" for i, r in enumerate(rows)]
     q = {u: (r["correct"] + 0.5) / (n + 1) for u, r in zip(uids, rows)}
     lengths = [r["length"] for r in rows]
-    res: dict[str, np.ndarray] = {}
-    for variant, extra in (("adaptive", {}), ("adaptive:length_prior=true", {"length_prior": True})):
-        out = []
-        for seed in range(seeds):
-            rng = np.random.default_rng([seed, 7])
-            pl = build_planner(PlannerConfig(strategy="adaptive", **extra), uids, 8, 8, 48, seed, lengths)
-            gen, eff, chosen = replay_planner(pl, q, rng, steps)
-            out.append((eff / gen, eff, float(np.mean(chosen))))
-        res[variant] = np.array(out)
+    res = {variant: replay_with_prior(uids, q, cov, seeds, steps)
+           for variant, cov in (("adaptive", None), ("adaptive:length_prior=true", lengths))}
     print(f"\nreplay: the adaptive planner on the {len(uids)} measured prompts, 8 x 8, {steps} steps, {seeds} seeds")
     print(f"{'variant':28s} {'effective ratio':>15s} {'informative rollouts':>20s} {'mean rate of requests':>21s}")
     for v, a in res.items():

@@ -435,6 +435,29 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
         assert says in capsys.readouterr().err
 
 
+def test_simulate_warns_of_steps_below_one_group_and_marks_cells_over_fewer_seeds(tmp_path, capsys) -> None:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args([
+        "simulate", "--strategies", "uniform", "uniform:budget_rollouts=2", "adaptive:budget_rollouts=8", "--seeds", "1",
+        "--steps", "4", "--prompts-per-step", "4", "--num-generations", "4", "--pool", "48", "--eval-size", "16",
+        "--out", str(tmp_path),
+    ])
+    assert args.func(args) == 0
+    out, err = capsys.readouterr()
+    # uniform rolls out one prompt's whole group of 4, twice its step budget of 2; 8 is two groups
+    assert "strategy 'uniform:budget_rollouts=2': its step budget of 2 rollouts is less than one group" in err
+    assert "spent 4 rollouts a step on average" in err and "budget_rollouts=8:" not in err
+    assert "1 seed," in out and "1 seeds" not in out
+    from rollwise.sim.report import Stat, table_rows
+
+    full, part = Stat(1.0, 0.5, 1.5, 3), Stat(1.0, 0.5, 1.5, 2)
+    row = table_rows({"x": {key: part if key == "reach" else full for key in
+                            ("reach", "reach_share", "latency_share", "final", "auc", "effective",
+                             "effective_trained", "all_wrong")}}, seeds=3)[0]
+    assert row[1].endswith(" *") and not row[2].endswith("*") and row[-1] == "2/3"
+
+
 def test_report_panels_cover_the_planner_metrics() -> None:
     from rollwise.report import panels_of
 

@@ -31,7 +31,7 @@ from rollwise.sim.fit import (
     run_scale,
 )
 from rollwise.sim.oracle import split_oracle
-from rollwise.sim.report import legend, markdown_table, plot_curves, print_table, summarize
+from rollwise.sim.report import legend, markdown_table, plot_curves, print_table, spend, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
 from rollwise.sim.world import LAWS, POLARISE_LAWS, SimParams, World
 
@@ -243,7 +243,8 @@ def run_command(args: argparse.Namespace) -> int:
                   " (the fitted learning rate is about 0: fit a longer run or more runs)"
                   if getattr(args, "lr_fitted", False) else ""), file=sys.stderr)
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
-    title = (f"rollwise simulate: {len(seeds)} seeds, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
+    small_steps(args, base, results)
+    title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              f"budget {base.budget} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)
@@ -265,6 +266,27 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"curves: {png}\ntable:  {args.out / 'table.md'}")
     return 0
+
+
+def small_steps(args: argparse.Namespace, base: RunSpec, results: dict[str, list]) -> None:
+    """Warn about each row whose step budget is less than one group and whose steps spent more than it
+    (by a quarter): a step rolls out at least one prompt, so such a row's steps were bigger, and fewer,
+    than asked. (A planner that screens with small groups can keep under such a budget.)"""
+    key = f"budget_{args.unit}"
+    group = base.budget / base.prompts_per_step  # one prompt's group, in the run's unit
+    for text, (_, over) in zip(args.strategies, [parse_strategy(s) for s in args.strategies]):
+        asked = over.get(key) or base.budget
+        runs = results.get(text, [])
+        if asked >= group or not runs:
+            continue
+        steps = [max(len(r.rollouts) - 1, 1) for r in runs]
+        spent = float(np.mean([spend(r, args.unit)[-1] / n for r, n in zip(runs, steps)]))
+        if spent <= 1.25 * asked:
+            continue
+        print(f"rollwise simulate: warning: strategy '{text}': its step budget of {asked:,} {args.unit} is less than one "
+              f"group ({base.num_generations} samples, about {group:,.0f} {args.unit}); a step rolls out at least one "
+              f"prompt, and it spent {spent:,.0f} {args.unit} a step on average, more than asked; give {key}={int(round(group))} or more",
+              file=sys.stderr)
 
 
 SCALE = ("steps", "prompts_per_step", "num_generations", "pool")

@@ -121,7 +121,8 @@ def table_rows(summary: dict[str, dict[str, Stat]], seeds: int) -> list[list[str
     for name, s in summary.items():
         row = [name]
         for _, key, scale, digits in COLUMNS:
-            row.append(s[key].fmt(scale, digits))
+            cell = s[key].fmt(scale, digits)
+            row.append(cell + " *" if 0 < s[key].n < seeds else cell)  # averaged over fewer seeds than run
         row.append(f"{s['reach'].n}/{seeds}")
         rows.append(row)
     return rows
@@ -152,7 +153,8 @@ def legend(unit: str) -> str:
     return (f"to target: {unit} (thousands) spent when held-out accuracy first reaches the target, mean over "
             "the seeds that reached it (see 'reached'); share of budget: the same as a share of the run's total; "
             "latency: decode steps until then as a share of uniform's whole run (same seed); effective ratio: "
-            "share of generated rollouts in groups with a gradient (of trained samples: the issue's wording).")
+            "share of generated rollouts in groups with a gradient (of trained samples: the issue's wording); "
+            "*: a mean over fewer seeds than were run (the others never reached the target).")
 
 
 def markdown_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int) -> str:

@@ -21,8 +21,11 @@ A run whose curve is already in the output folder is not run again.
 
 Writes bench/out/planner/{results.json,curves.png,table.md}. The table has one row per
 strategy (means over seeds) and a paired summary against uniform over the seeds both ran:
-the mean difference in final accuracy with its standard error, and the share of uniform's
-tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share).
+the mean difference in final accuracy with its standard error, the share of uniform's
+tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share),
+and the share on the mean curve: where the strategy's accuracy, averaged over seeds against
+tokens as a share of each seed's uniform run, first reaches uniform's mean final accuracy (95%
+interval from resampling seeds; mean-curves.png shows those curves).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import shutil
 import statistics
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from rollwise.config import load_config
 from rollwise.environment import compare_environments, load_environment
@@ -69,6 +74,55 @@ def tokens_to_reach(points: list, target: float) -> float | None:
         if acc >= target - 1e-9:
             return tok
     return None
+
+
+GRID = np.linspace(0.0, 1.0, 201)
+
+
+def mean_curve(uni: dict[int, dict], runs: dict[int, dict], seeds: list[int]) -> np.ndarray:
+    """Mean over `seeds` of each run's accuracy on GRID, x = rollout tokens / that seed's uniform
+    total: linear between evaluations, held at the last value beyond the last one."""
+    rows = []
+    for s in seeds:
+        total = uni[s]["points"][-1][0]
+        xs, ys = zip(*runs[s]["points"])
+        rows.append(np.interp(GRID, np.array(xs) / total, ys))
+    return np.mean(rows, axis=0)
+
+
+def first_crossing(m: np.ndarray, target: float) -> float:
+    """Smallest x on GRID (linear between grid points) where the curve m reaches target; inf if never."""
+    hit = np.flatnonzero(m >= target - 1e-12)
+    if len(hit) == 0:
+        return float("inf")
+    i = int(hit[0])
+    if i == 0:
+        return 0.0
+    m0, m1 = m[i - 1], m[i]
+    return float(GRID[i - 1] + (target - m0) / (m1 - m0) * (GRID[i] - GRID[i - 1]))
+
+
+def mean_curve_share(uni: dict[int, dict], runs: dict[int, dict], reps: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float, int]:
+    """The share of uniform's tokens at which the strategy's mean curve over seeds first reaches
+    uniform's mean final accuracy (bench/preregistered/adaptive_seeds58.txt), with a 95% interval
+    from resampling seeds (a seed brings both its runs); inf for never. Returns (share, lo, hi, seeds)."""
+    both = sorted(s for s in runs if s in uni)
+    if not both:
+        return float("nan"), float("nan"), float("nan"), 0
+
+    def share(pick: list[int]) -> float:
+        return first_crossing(mean_curve(uni, runs, pick), float(mean_curve(uni, uni, pick)[-1]))
+
+    rng = np.random.default_rng(seed)
+    boot = np.array([share([both[i] for i in rng.integers(0, len(both), len(both))]) for _ in range(reps)])
+    boot[~np.isfinite(boot)] = 1e9  # never: above any share
+    lo, hi = (float(v) for v in np.percentile(boot, [2.5, 97.5]))
+    return share(both), lo, hi, len(both)
+
+
+def fmt_share(x: float) -> str:
+    return "never" if not x <= 1 else f"{x:.2f}"
 
 
 def run(args: argparse.Namespace, out: Path) -> None:
@@ -108,7 +162,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
 
 
 def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
-    """'| strategy | n | final - uniform (SE) | ahead on | share median | share <= 0.5 on |' cells."""
+    """'| strategy | n | final - uniform (SE) | ahead on | share median | share <= 0.5 on | mean-curve share |'
+    cells."""
     both = sorted(s for s in seeds if s in uni)
     if not both:
         return None
@@ -119,8 +174,10 @@ def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
         t = tokens_to_reach(seeds[s]["points"], uni[s]["points"][-1][1])
         shares.append(float("inf") if t is None else t / uni[s]["points"][-1][0])
     med = statistics.median(shares)
+    mc, lo, hi, _ = mean_curve_share(uni, seeds)
     return (f"{len(both)} | {statistics.mean(diff) * 100:+.1f} ({se * 100:.1f}) | {sum(d > 0 for d in diff)} of {len(both)} "
-            f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} |")
+            f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} "
+            f"| {fmt_share(mc)} [{fmt_share(lo)}, {fmt_share(hi)}] |")
 
 
 def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list[str]:
@@ -196,8 +253,9 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
             continue
         lines += ["", f"Paired with {base} on the same seed (points of accuracy; share of {base}'s tokens to reach "
                   "its final accuracy):", "",
-                  f"| strategy | seeds | final - {base} (SE) | ahead on | share, median | share <= 0.5 on |",
-                  "|---|---|---|---|---|---|"]
+                  f"| strategy | seeds | final - {base} (SE) | ahead on | share, median | share <= 0.5 on "
+                  "| share on the mean curve [95% CI] |",
+                  "|---|---|---|---|---|---|---|"]
         lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()
                   if strategy not in ("uniform", base) and (row := paired_summary(by[base], seeds))]
     lines += ["", *per_seed_table(uni, by)]
@@ -224,7 +282,24 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / png, dpi=110)
+    plt.close(fig)
     print(f"curves: {out / png}")
+    if uni:  # the mean curves the mean-curve share is read from
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for i, (strategy, seeds) in enumerate(by.items()):
+            both = sorted(s for s in seeds if s in uni)
+            ax.plot(GRID, mean_curve(uni, seeds, both), color=f"C{i}", lw=2.2 if strategy == "uniform" else 1.4,
+                    label=f"{strategy} ({len(both)} seeds)")
+        ax.axhline(float(mean_curve(uni, uni, sorted(uni))[-1]), color="grey", ls=":", label="uniform's mean final")
+        ax.set_xlabel("rollout tokens generated, as a share of the seed's uniform run")
+        ax.set_ylabel("held-out greedy accuracy, mean over seeds")
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        mean_png = png.replace("curves", "mean-curves")
+        fig.savefig(out / mean_png, dpi=110)
+        plt.close(fig)
+        print(f"mean curves: {out / mean_png}")
     return 0
 
 

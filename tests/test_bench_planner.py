@@ -1,0 +1,43 @@
+"""bench/planner.py's share on the mean curve (bench/preregistered/adaptive_seeds58.txt), hand-computed."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("planner_bench", Path(__file__).parents[1] / "bench" / "planner.py")
+planner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(planner)
+
+
+def runs(**points):
+    return {int(seed[1:]): {"points": p} for seed, p in points.items()}
+
+
+def test_mean_curve_share_interpolates_normalised_curves():
+    # uniform: seed 1 from 0.2 to 0.3 over 100 tokens, seed 2 from 0.2 to 0.38 over 200: mean final 0.34
+    uni = runs(s1=[(0, 0.2), (100, 0.3)], s2=[(0, 0.2), (200, 0.38)])
+    # the other arm, x = tokens / that seed's uniform total: seed 1 reaches 0.4 at x 0.5 and holds it
+    # (its last evaluation), seed 2 0.3 at x 0.5 and holds it: the mean is 0.2 + 0.3x up to x 0.5
+    other = runs(s1=[(0, 0.2), (50, 0.4)], s2=[(0, 0.2), (100, 0.3), (200, 0.3)])
+    m = planner.mean_curve(uni, other, [1, 2])
+    assert m[0] == pytest.approx(0.2) and m[100] == pytest.approx(0.35) and m[-1] == pytest.approx(0.35)
+    share, lo, hi, n = planner.mean_curve_share(uni, other, reps=200)
+    assert share == pytest.approx(0.14 / 0.3) and n == 2  # 0.2 + 0.3x = 0.34
+    assert lo <= share <= hi
+    # an arm that stays below uniform's mean final never reaches it, in every resample too
+    flat = runs(s1=[(0, 0.2), (100, 0.25)], s2=[(0, 0.2), (200, 0.25)])
+    share, lo, hi, _ = planner.mean_curve_share(uni, flat, reps=50)
+    assert math.isinf(share) and planner.fmt_share(share) == "never" and planner.fmt_share(hi) == "never"
+    # uniform against itself reaches its own mean final exactly at its end
+    assert planner.mean_curve_share(uni, uni, reps=10)[0] == pytest.approx(1.0)
+
+
+def test_first_crossing_is_linear_between_grid_points():
+    m = planner.GRID * 0.5  # 0 -> 0.5
+    assert planner.first_crossing(m, 0.2013) == pytest.approx(0.4026)
+    assert planner.first_crossing(m, 0.0) == 0.0
+    assert math.isinf(planner.first_crossing(m, 0.6))

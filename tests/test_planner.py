@@ -654,3 +654,41 @@ def test_screen_next_step_carries_only_what_the_budget_holds() -> None:
     pl.end_step()
     assert pl.metrics()["planner/carried"] == 2.0
     assert [(q.uid, q.n) for q in pl.begin_step(1)][0] == ("d", 4)
+
+
+def steps_with_mixed_rewards(pl, steps: int) -> list[tuple[set[str], set[str]]]:
+    """Run `steps` steps in which every group is informative (rewards alternate 1, 0, ...); per step
+    the prompts requested and the prompts trained on."""
+    out = []
+    for step in range(steps):
+        reqs, asked = pl.begin_step(step), set()
+        while reqs:
+            asked |= {q.uid for q in reqs}
+            reqs = pl.observe([GroupResult(q.uid, [float(k % 2 == 0) for k in range(q.n)], [10] * q.n) for q in reqs])
+        out.append((asked, set(pl.end_step().train)))
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["adaptive", "uniform"])
+def test_revisit_cooldown_keeps_trained_prompts_out_for_that_many_steps(strategy) -> None:
+    uids = UIDS[:20]
+    hist = steps_with_mixed_rewards(make(strategy, uids=uids, pps=2, n=4, revisit_cooldown=4), 30)
+    for t, (_, trained) in enumerate(hist):
+        for later in hist[t + 1: t + 4]:
+            assert not trained & later[0]  # not asked again within 4 steps of being trained
+    if strategy == "adaptive":  # without the cooldown it returns to its informative prompts at once
+        free = steps_with_mixed_rewards(make(strategy, uids=uids, pps=2, n=4), 30)
+        assert any(free[t][1] & free[t + 1][0] for t in range(29))
+
+
+def test_revisit_cooldown_gives_back_the_prompts_cooled_longest_when_the_pool_runs_short() -> None:
+    pl = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
+    hist = steps_with_mixed_rewards(pl, 3)
+    assert [len(asked) for asked, _ in hist] == [2, 2, 2]  # never fewer prompts than asked for
+    first, second = hist[0][1], hist[1][1]
+    assert second - first == {"a", "b", "c"} - first and len(second) == 2  # the free one, and one cooled
+    assert hist[2][0] & first  # step 2: all three cool; those trained at step 0 come back first
+    state = json.loads(json.dumps(pl.state_dict()))
+    again = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
+    again.load_state_dict(state)
+    assert again.trained_at == pl.trained_at and set(pl.trained_at) == {"a", "b", "c"}

@@ -61,6 +61,8 @@ class ComposedPlanner:
         self.rng = np.random.default_rng([seed, 7919])
         self.length_estimate = max_completion_length / 2
         self.token_carry = 0.0
+        self.cooldown = int(getattr(cfg, "revisit_cooldown", 0) or 0)
+        self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
         self._st: StepState | None = None
         self._metrics: dict[str, Any] = {}
         # set by whoever drives the step: True when observe() is given groups one by one as they
@@ -71,17 +73,31 @@ class ComposedPlanner:
     def indices(self, uids: list[str]) -> np.ndarray:
         return np.fromiter((self.index[u] for u in uids), dtype=np.int64, count=len(uids))
 
-    def take(self, k: int, st: StepState, extra: list[str] | None = None) -> list[str]:
-        """The next k stream prompts not yet used in this step (fewer if the pool runs out)."""
+    def take(self, k: int, st: StepState, extra: list[str] | None = None, need: int | None = None) -> list[str]:
+        """The next k stream prompts not yet used in this step (fewer if the pool runs out). Prompts
+        still cooling (planner.revisit_cooldown) are passed over; if that leaves fewer than `need`
+        (default k; a selector that scores k candidates for fewer picks says how many it needs),
+        the prompts cooled longest make up the difference."""
         out: list[str] = []
+        cooling: list[str] = []  # trained on too recently (planner.revisit_cooldown)
         seen = set(st.groups) | set(extra or ())
-        for _ in range(self.pool_size):
+        # two epochs' worth of the stream hold every prompt at least once, so a cooldown that skips
+        # prompts still finds every one that is free (without one, the scan is kept as it was)
+        for _ in range(self.pool_size * (2 if self.cooldown else 1)):
             if len(out) >= k:
                 break
             uid = self.stream.take(1)[0]
-            if uid not in seen:
+            if uid in seen:
+                continue
+            seen.add(uid)
+            if self.cooldown and st.step - self.trained_at.get(uid, -10**9) < self.cooldown:
+                cooling.append(uid)
+            else:
                 out.append(uid)
-                seen.add(uid)
+        want = k if need is None else min(k, need)
+        if len(out) < want and cooling:  # a pool too small for the cooldown: those cooled longest first
+            cooling.sort(key=lambda u: self.trained_at[u])
+            out += cooling[: want - len(out)]
         return out
 
     def step_budget(self) -> int:
@@ -183,6 +199,9 @@ class ComposedPlanner:
             notes=list(st.notes),
         )
         self._metrics = self._step_metrics(st, train, set(replay), outcome)
+        for u in train:
+            if st.groups[u].informative or u in replay:
+                self.trained_at[u] = st.step
         for g in st.groups.values():
             if g.n:
                 self.estimator.update(g.idx, g.successes, g.n)
@@ -263,6 +282,7 @@ class ComposedPlanner:
             "repair": self.repair.state_dict(),
             "length_estimate": self.length_estimate,
             "token_carry": self.token_carry,
+            "trained_at": dict(self.trained_at),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -279,3 +299,4 @@ class ComposedPlanner:
         self.repair.load_state_dict(state["repair"])
         self.length_estimate = float(state["length_estimate"])
         self.token_carry = float(state["token_carry"])
+        self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none

@@ -139,7 +139,7 @@ class PosteriorSelector(Selector):
         self.stratify = stratify
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
-        cands = pl.take(math.ceil(self.cfg.candidate_factor * k), st)
+        cands = pl.take(math.ceil(self.cfg.candidate_factor * k), st, need=k)
         if len(cands) <= k:
             return cands
         idx = pl.indices(cands)

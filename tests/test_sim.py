@@ -55,6 +55,19 @@ def test_learning_laws_hand_computed(law: str) -> None:
     assert w.delta[0] == pytest.approx(0.5 * e0 / 4) and w.delta[1] == 0.0
 
 
+def test_revisit_decay_discounts_a_prompts_retraining_hand_computed() -> None:
+    w = world(lr=0.1, local_lr=0.5, drift=0.0, revisit_decay=0.5)
+    group = {"t0": [1.0, 0.0, 0.0, 0.0], "t1": [1.0, 1.0, 0.0, 0.0], "t2": [0.0] * 4}
+    e0, e1 = 3.0, 4.0  # n * 4c(n-c)/n^2
+    gains = [w.learn(group, ["t0", "t2"], replay=[]) for _ in range(3)]  # t0 three times; t2 has no signal
+    assert gains == pytest.approx([0.1 * e0 / 16, 0.1 * e0 * 0.5 / 16, 0.1 * e0 * 0.25 / 16])
+    assert w.learn(group, ["t0", "t1"], replay=[]) == pytest.approx(0.1 * (e0 * 0.125 + e1) / 16)  # t1 is new
+    assert w.delta[0] == pytest.approx(4 * 0.5 * e0 / 4)  # its own offset gains in full every time
+    assert list(w.trained[:3]) == [4, 1, 0]
+    with pytest.raises(ValueError, match="revisit_decay"):
+        world(revisit_decay=1.5)
+
+
 def test_polarising_gain_widens_the_spread_hand_computed() -> None:
     w = world(lr=0.1, local_lr=0.0, drift=0.0, polarise=0.75)
     t0, b = w.theta, w.b.copy()

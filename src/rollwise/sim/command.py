@@ -149,6 +149,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "difficulty is scaled) or add (each prompt has a learnability of its own, independent of "
                         "its difficulty: which prompts become easy cannot be told from the start; the form --fit "
                         "fits). Default scale; add where --fit keeps a growing spread.")
+    p.add_argument("--revisit-decay", type=float, default=d.revisit_decay,
+                   help="How much a prompt trained on again still teaches the held-out prompts: its k-th retraining "
+                        "counts this to the power k of its signal toward the skill (its own solve rate still "
+                        f"gains in full); 1 = a revisit counts like a new prompt (default {d.revisit_decay}). "
+                        "Compare planner.revisit_cooldown under it.")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -182,7 +187,8 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
                        difficulty_sd=args.difficulty_sd, law=args.law, lr=args.lr, local_lr=args.local_lr,
                        drift=args.drift, max_len=args.max_len, tasks=args.tasks, task_sd=args.task_sd,
                        transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise,
-                       polarise_law=args.polarise_law, eval_threshold=args.eval_threshold)
+                       polarise_law=args.polarise_law, eval_threshold=args.eval_threshold,
+                       revisit_decay=args.revisit_decay)
     World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     return rows, fitted, params
 
@@ -376,7 +382,7 @@ def non_world_defaults() -> dict[str, Any]:
     """Flags that --fit leaves as given; the equivalent command repeats those set away from these."""
     d = SimParams()
     return {"law": d.law, "local_lr": d.local_lr, "drift": d.drift, "transfer": d.transfer, "max_len": d.max_len,
-            "eval_size": d.n_eval, "eval_threshold": d.eval_threshold}
+            "eval_size": d.n_eval, "eval_threshold": d.eval_threshold, "revisit_decay": d.revisit_decay}
 
 
 def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> None:

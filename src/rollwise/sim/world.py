@@ -34,6 +34,11 @@ learning laws turn E into a skill gain:
 N_ref is the uniform batch (prompts_per_step * num_generations). Held-out accuracy is the
 exact mean solve rate of the held-out prompts: it moves only through theta (and kappa).
 
+With `revisit_decay` = r < 1 a prompt's group counts r^k of its effective samples toward the
+skill gain when the prompt has been trained on with a signal k times before (its own offset
+delta_i still gains in full): retraining one prompt teaches the held-out prompts less than a
+new one does. r = 1 (the default) counts a revisit like a new prompt.
+
 With `polarise` = p > 0 a share p of each step's gain G widens the spread of difficulty instead
 of shifting every prompt: the logit is a_i * (theta + ... - kappa * b_i), kappa starts at 1 and
 grows by p * G / difficulty_sd (a prompt one sd easier than the mean gains p * G, one sd harder
@@ -84,6 +89,7 @@ class SimParams:
     polarise: float = 0.0  # share of the skill gain that widens the spread of difficulty (module docstring)
     polarise_law: str = "scale"  # scale: kappa * b_i; add: + g * v_i with a learnability v_i (module docstring)
     eval_threshold: float = 0.0  # 0: held-out accuracy is the mean solve rate; t > 0: the share of prompts above t
+    revisit_decay: float = 1.0  # a prompt's k-th retraining adds revisit_decay^k of its signal to the skill (docstring)
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
@@ -122,6 +128,9 @@ class World:
         self.a = np.exp(rng.normal(math.log(params.discrimination), 0.25, m))
         self.solvable = rng.random(m) >= params.unsolvable
         self.delta = np.zeros(m)
+        self.trained = np.zeros(m, dtype=np.int64)  # times each prompt was trained on with a signal
+        if not 0.0 <= params.revisit_decay <= 1.0:
+            raise ValueError(f"revisit_decay must be in [0, 1], got {params.revisit_decay}")
         log_med = math.log(params.length_median) + params.length_difficulty * self.b
         self.log_med = log_med
         self.fit = _phi((math.log(params.max_len) - log_med) / params.length_sigma)  # P(correct fits)
@@ -199,10 +208,13 @@ class World:
             else:
                 s = 4.0 * c * (n - c) / n**2 if n else 0.0
             e = w * n * s
-            e_total += e
             i = self.index[uid]
-            e_task[self.task[i]] += e
             self.delta[i] += self.p.local_lr * e / self.n
+            if e > 0 and self.p.revisit_decay < 1.0:
+                e *= self.p.revisit_decay ** self.trained[i]
+                self.trained[i] += 1
+            e_total += e
+            e_task[self.task[i]] += e
         lr, law = self.p.lr, self.p.law
         if law == "signal":
             gain = lr * e_total / self.n_ref

@@ -677,8 +677,13 @@ def test_revisit_cooldown_keeps_trained_prompts_out_for_that_many_steps(strategy
         for later in hist[t + 1: t + 4]:
             assert not trained & later[0]  # not asked again within 4 steps of being trained
     if strategy == "adaptive":  # without the cooldown it returns to its informative prompts at once
-        free = steps_with_mixed_rewards(make(strategy, uids=uids, pps=2, n=4), 30)
+        pl = make(strategy, uids=uids, pps=2, n=4)
+        free = steps_with_mixed_rewards(pl, 30)
         assert any(free[t][1] & free[t + 1][0] for t in range(29))
+        trained = set().union(*(t for _, t in free))
+        assert pl.metrics()["planner/prompts_trained"] == len(trained) < 20
+        again = free[-1][1] & set().union(*(t for _, t in free[:-1]))  # the last step's prompts trained before
+        assert pl.metrics()["planner/revisit_share"] == pytest.approx(len(again) / len(free[-1][1]))
 
 
 def test_revisit_cooldown_gives_back_the_prompts_cooled_longest_when_the_pool_runs_short() -> None:

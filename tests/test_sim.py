@@ -478,7 +478,8 @@ def test_report_panels_cover_the_planner_metrics() -> None:
         {"step": 0, "eval/accuracy": 0.2},
         {"step": 1, "rollout/reward_mean": 0.1, "rollout/tokens_total": 10.0, "planner/effective_ratio": 0.5,
          "planner/all_wrong_share": 0.5, "planner/all_correct_share": 0.0, "planner/samples_per_prompt": [2, 8, 8],
-         "planner/task_share/gcd": 0.25, "planner/task_share/sum": 0.75},
+         "planner/task_share/gcd": 0.25, "planner/task_share/sum": 0.75, "planner/prompts_trained": 3.0,
+         "planner/revisit_share": 0.5},
         {"step": 2, "rollout/reward_mean": 0.2, "rollout/tokens_total": 20.0, "planner/samples_per_prompt": [16]},
     ]
     panels = {title: (kind, data) for title, kind, data in panels_of(hist)}
@@ -487,6 +488,8 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
     assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
     assert "planner/brier" not in panels  # no panel for a metric the run never logged
+    assert panels["prompts trained with a gradient (cumulative)"] == ("line", [("", [(1, 3.0)])])
+    assert panels["planner/revisit_share"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
 
 

@@ -199,9 +199,12 @@ class ComposedPlanner:
             notes=list(st.notes),
         )
         self._metrics = self._step_metrics(st, train, set(replay), outcome)
-        for u in train:
-            if st.groups[u].informative or u in replay:
-                self.trained_at[u] = st.step
+        taught = [u for u in train if st.groups[u].informative or u in replay]  # trained with a gradient
+        again = sum(u in self.trained_at for u in taught)
+        for u in taught:
+            self.trained_at[u] = st.step
+        self._metrics["planner/revisit_share"] = again / len(taught) if taught else 0.0
+        self._metrics["planner/prompts_trained"] = float(len(self.trained_at))
         for g in st.groups.values():
             if g.n:
                 self.estimator.update(g.idx, g.successes, g.n)

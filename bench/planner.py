@@ -19,7 +19,9 @@ A strategy is `name` or `name:key=value:...` (planner config fields), as in `rol
 with 4 prompts x 8 samples a step), its total being uniform's tokens as for every other strategy.
 A run whose curve is already in the output folder is not run again.
 
-Writes bench/out/planner/{results.json,curves.png,table.md}. The table has one row per
+Writes bench/out/planner/{results.json,curves.png,mean-curves.png,table.md} (with --strategies
+or --seeds in --report: the same names ending in -selection, so a subset never overwrites the
+full report). The table has one row per
 strategy (means over seeds) and a paired summary against uniform over the seeds both ran:
 the mean difference in final accuracy with its standard error, the share of uniform's
 tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share),
@@ -199,13 +201,21 @@ def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list
 
 def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None,
            also: list[Path] | None = None, versus: list[str] | None = None) -> int:
+    missing = [str(d) for d in also or [] if not d.is_dir()]
+    if missing:
+        print(f"--also: no such folder: {', '.join(missing)}")
+        return 2
     files = [p for d in [out, *(also or [])] for p in sorted(d.glob("*/curve.json"))]
     loaded = [(p.parent, json.loads(p.read_text())) for p in files]
     loaded = [(d, r) for d, r in loaded if (seeds is None or r["seed"] in seeds)
               and (strategies is None or r["strategy"] in strategies)]
     if not loaded:
-        print(f"no finished runs under {out}")
+        print(f"no finished runs under {', '.join(str(d) for d in [out, *(also or [])])}"
+              + (f" of strategies {' '.join(strategies)}" if strategies else "") + (f" for seeds {seeds}" if seeds else ""))
         return 1
+    absent = [s for s in strategies or [] if not any(r["strategy"] == s for _, r in loaded)]
+    if absent:
+        print(f"Warning: no finished runs of {', '.join(absent)} in these folders; left out of the tables\n")
     for d, r in loaded:  # curves saved before answer lengths were: read them from the run's metrics
         if r.get("answer_length") is None and (d / "metrics.jsonl").exists():
             r["answer_length"] = curve(d)["answer_length"]
@@ -218,6 +228,9 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     for r in sorted(runs, key=lambda r: (order.get(r["strategy"], len(order)), r["strategy"], r["seed"])):
         by.setdefault(r["strategy"], {})[r["seed"]] = r
     uni = by.get("uniform", {})
+    if not uni:
+        print("Warning: no uniform runs here: the shares and paired columns compare with uniform's runs of the same "
+              "seeds, so they stay empty (add uniform to --strategies, or its folder with --also)\n")
     flat = [f"seed {seed}: uniform {r['points'][0][1]:.1%} at the start, {r['points'][-1][1]:.1%} at the end"
             for seed, r in sorted(uni.items()) if r["points"][-1][1] <= r["points"][0][1]]
     if flat:  # then every strategy "reaches uniform's final accuracy" at 0 tokens: the share says nothing
@@ -261,9 +274,10 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     lines += ["", *per_seed_table(uni, by)]
     table = "\n".join(lines)
     print(table)
-    (out / "table.md").write_text(table + "\n")
-    (out / "results.json").write_text(json.dumps(by, indent=1))
-    png = "curves.png" if seeds is None and strategies is None else "curves-selection.png"
+    suffix = "" if seeds is None and strategies is None else "-selection"  # a subset never overwrites the full report
+    (out / f"table{suffix}.md").write_text(table + "\n")
+    (out / f"results{suffix}.json").write_text(json.dumps(by, indent=1))
+    png = f"curves{suffix}.png"
 
     import matplotlib
 
@@ -296,7 +310,7 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
         ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        mean_png = png.replace("curves", "mean-curves")
+        mean_png = f"mean-curves{suffix}.png"
         fig.savefig(out / mean_png, dpi=110)
         plt.close(fig)
         print(f"mean curves: {out / mean_png}")

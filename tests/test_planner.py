@@ -673,9 +673,13 @@ def steps_with_mixed_rewards(pl, steps: int) -> list[tuple[set[str], set[str]]]:
 def test_revisit_cooldown_keeps_trained_prompts_out_for_that_many_steps(strategy) -> None:
     uids = UIDS[:20]
     hist = steps_with_mixed_rewards(make(strategy, uids=uids, pps=2, n=4, revisit_cooldown=4), 30)
+    if strategy == "adaptive":  # and back once they are over: 1 keeps a prompt out of the next step only
+        one = steps_with_mixed_rewards(make(strategy, uids=uids, pps=2, n=4, revisit_cooldown=1), 30)
+        assert not any(one[t][1] & one[t + 1][0] for t in range(29))
+        assert any(one[t][1] & one[t + 2][0] for t in range(28))
     for t, (_, trained) in enumerate(hist):
-        for later in hist[t + 1: t + 4]:
-            assert not trained & later[0]  # not asked again within 4 steps of being trained
+        for later in hist[t + 1: t + 5]:
+            assert not trained & later[0]  # not asked again in the 4 steps after it was trained
     if strategy == "adaptive":  # without the cooldown it returns to its informative prompts at once
         pl = make(strategy, uids=uids, pps=2, n=4)
         free = steps_with_mixed_rewards(pl, 30)
@@ -687,13 +691,25 @@ def test_revisit_cooldown_keeps_trained_prompts_out_for_that_many_steps(strategy
 
 
 def test_revisit_cooldown_gives_back_the_prompts_cooled_longest_when_the_pool_runs_short() -> None:
-    pl = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
+    with pytest.warns(UserWarning, match="revisit_cooldown=5"):  # deliberately longer than the pool
+        pl = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
     hist = steps_with_mixed_rewards(pl, 3)
     assert [len(asked) for asked, _ in hist] == [2, 2, 2]  # never fewer prompts than asked for
     first, second = hist[0][1], hist[1][1]
     assert second - first == {"a", "b", "c"} - first and len(second) == 2  # the free one, and one cooled
     assert hist[2][0] & first  # step 2: all three cool; those trained at step 0 come back first
     state = json.loads(json.dumps(pl.state_dict()))
-    again = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
+    with pytest.warns(UserWarning):
+        again = make("uniform", uids=["a", "b", "c"], pps=2, n=4, revisit_cooldown=5)
     again.load_state_dict(state)
     assert again.trained_at == pl.trained_at and set(pl.trained_at) == {"a", "b", "c"}
+
+
+def test_a_cooldown_as_long_as_the_pool_is_warned_about() -> None:
+    with pytest.warns(UserWarning, match="revisit_cooldown=2 can keep 2 x 4 prompts a step = 8 out at once"):
+        make("uniform", uids=UIDS[:8], pps=4, n=4, revisit_cooldown=2)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make("uniform", uids=UIDS[:8], pps=4, n=4, revisit_cooldown=1)

@@ -442,7 +442,9 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
                            (["--strategies", "uniform", "adaptive:budget_rollouts="], "has no value"),
                            (["--strategies", "uniform", "adaptive:budget_rollouts=8:budget_rollouts=16"], "given twice"),
                            (["--strategies", "uniform", "uniform:budget_rollouts=1000000"], "more than the run's total"),
-                           (["--strategies", "uniform:budget_rollouts=128", "adaptive"], "a plain 'uniform' row")):
+                           (["--strategies", "uniform:budget_rollouts=128", "adaptive"], "a plain 'uniform' row"),
+                           (["--strategies", "uniform", "adaptive", "adaptive"], "'adaptive' twice"),
+                           (["--revisit-decay", "1.5"], "--revisit-decay is a factor in [0, 1]")):
         a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
         assert a.func(a) == 2
         assert says in capsys.readouterr().err
@@ -462,6 +464,11 @@ def test_simulate_warns_of_steps_below_one_group_and_marks_cells_over_fewer_seed
     assert "strategy 'uniform:budget_rollouts=2': its step budget of 2 rollouts is less than one group" in err
     assert "spent 4 rollouts a step on average" in err and "budget_rollouts=8:" not in err
     assert "1 seed," in out and "1 seeds" not in out
+    common = parser.parse_args(["simulate", "--strategies", "uniform", "--budget", "2", "--seeds", "1", "--steps", "4",
+                                "--prompts-per-step", "4", "--num-generations", "4", "--pool", "48", "--eval-size", "16",
+                                "--out", str(tmp_path), "--quiet"])
+    assert common.func(common) == 0  # the common budget below one group: one group is 4 rollouts, whatever --budget
+    assert "strategy 'uniform': its step budget of 2 rollouts is less than one group (4 samples)" in capsys.readouterr().err
     from rollwise.sim.report import Stat, table_rows
 
     full, part = Stat(1.0, 0.5, 1.5, 3), Stat(1.0, 0.5, 1.5, 2)
@@ -489,7 +496,7 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
     assert "planner/brier" not in panels  # no panel for a metric the run never logged
     assert panels["prompts trained with a gradient (cumulative)"] == ("line", [("", [(1, 3.0)])])
-    assert panels["planner/revisit_share"] == ("line", [("", [(1, 0.5)])])
+    assert panels["groups with a gradient from prompts trained before"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
 
 

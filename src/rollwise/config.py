@@ -374,9 +374,10 @@ class PlannerConfig(_Section):
     )
     length_ema: float = Field(0.1, gt=0, le=1, description="EMA weight of the response-length estimate used for token budgets.")
     revisit_cooldown: int = Field(
-        0, ge=0, description="Steps before a prompt whose group was trained on with a gradient may be selected again "
-        "(0 = any time). Spreads training over more prompts: without it `adaptive` returns to the same few "
-        "informative prompts step after step. A pool too small for it gives back the prompts cooled longest.")
+        0, ge=0, description="Steps after the one in which a prompt was trained on with a gradient during which it "
+        "is not selected (0 = no limit, 1 = not in the very next step). Spreads training over more prompts: "
+        "without it `adaptive` returns to the same few informative prompts step after step. A pool too small for "
+        "it gives back the prompts cooled longest.")
 
 
 class EvalConfig(_Section):

@@ -21,12 +21,15 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         ("held-out accuracy", "line", [("", [(h["step"], h["eval/accuracy"]) for h in evals])]),
         ("rollout tokens (cumulative)", "line", [("", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps])]),
     ]
-    for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier", "planner/revisit_share"):
+    for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier"):
         if any(key in h for h in steps):
             out.append((key, "line", [("", series(key))]))
     if any("planner/all_wrong_share" in h for h in steps):
         out.append(("groups with equal rewards", "line", [("all wrong", series("planner/all_wrong_share")),
                                                          ("all correct", series("planner/all_correct_share"))]))
+    if any("planner/revisit_share" in h for h in steps):
+        out.append(("groups with a gradient from prompts trained before", "line",
+                    [("", series("planner/revisit_share"))]))
     if any("planner/prompts_trained" in h for h in steps):
         out.append(("prompts trained with a gradient (cumulative)", "line", [("", series("planner/prompts_trained"))]))
     counts = [n for h in steps for n in h.get("planner/samples_per_prompt", [])]

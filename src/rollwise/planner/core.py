@@ -90,7 +90,7 @@ class ComposedPlanner:
             if uid in seen:
                 continue
             seen.add(uid)
-            if self.cooldown and st.step - self.trained_at.get(uid, -10**9) < self.cooldown:
+            if self.cooldown and st.step - self.trained_at.get(uid, -10**9) <= self.cooldown:
                 cooling.append(uid)
             else:
                 out.append(uid)

@@ -26,6 +26,7 @@ Any part can be swapped by name in the config (planner.estimator, planner.select
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from rollwise.planner.allocators import ALLOCATORS, Allocator, make_allocator
@@ -122,6 +123,12 @@ def make_planner(
     why = unused_options(cfg)
     if why:
         raise ValueError(why)
+    cool = getattr(cfg, "revisit_cooldown", 0)
+    if cool and cool * prompts_per_step >= len(uids):
+        warnings.warn(f"planner.revisit_cooldown={cool} can keep {cool} x {prompts_per_step} prompts a step = "
+                      f"{cool * prompts_per_step} out at once, not fewer than the pool's {len(uids)}: steps then fill "
+                      "with prompts that never gave a gradient; give a cooldown below "
+                      f"{max(1, -(-len(uids) // prompts_per_step))}", stacklevel=2)
     preset = PRESETS[cfg.strategy]
     if cfg.stratify_rollouts is None:  # resolved once, so every part reads the preset's choice
         cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})

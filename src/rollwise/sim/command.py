@@ -167,6 +167,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]], Any, SimParams]:
     """The strategies, the fit (with --fit) and the world's parameters; a ValueError says what is wrong."""
     rows = [parse_strategy(s) for s in args.strategies]
+    twice = next((t for i, t in enumerate(args.strategies) if t in args.strategies[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--strategies gives '{twice}' twice; give each row once")
     for text, (_, over) in zip(args.strategies, rows):
         if over.get("length_prior") and not args.feature_r2:
             raise ValueError(f"strategy '{text}': length_prior reads a feature of each prompt (its token "
@@ -244,14 +247,15 @@ def run_command(args: argparse.Namespace) -> int:
     flat = [r.seed for r in results.get("uniform", []) if r.accuracy[-1] < r.accuracy[0] + FLAT_GAIN]
     if args.target is None and flat:  # then every run "reaches" uniform's final accuracy at once, or nearly
         print(f"rollwise simulate: warning: uniform gained less than {FLAT_GAIN * 100:.1f} points of held-out accuracy "
-              f"on {len(flat)} of {len(seeds)} seeds, so reaching its final accuracy is little or no test there and "
+              f"on {len(flat)} of {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, so reaching its final accuracy is little or no test there and "
               "the shares say little; raise --steps or --lr" + (
                   " (the fitted learning rate is about 0: fit a longer run or more runs)"
                   if getattr(args, "lr_fitted", False) else ""), file=sys.stderr)
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
     small_steps(args, base, results)
     title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
-             f"budget {base.budget} {args.unit}/step x "
+             + (f"revisit decay {args.revisit_decay}, " if args.revisit_decay != 1.0 else "")
+             + f"budget {base.budget:,} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)
     if not args.quiet:
@@ -279,7 +283,13 @@ def small_steps(args: argparse.Namespace, base: RunSpec, results: dict[str, list
     (by a quarter): a step rolls out at least one prompt, so such a row's steps were bigger, and fewer,
     than asked. (A planner that screens with small groups can keep under such a budget.)"""
     key = f"budget_{args.unit}"
-    group = base.budget / base.prompts_per_step  # one prompt's group, in the run's unit
+    n = base.num_generations
+    if args.unit == "tokens":  # one prompt's group at the world's mean response length
+        plain = RunSpec("uniform", 0, steps=1, prompts_per_step=base.prompts_per_step, num_generations=n,
+                        unit="tokens", params=base.params)
+        group = n * default_budget(plain) / (base.prompts_per_step * n)
+    else:
+        group = float(n)
     for text, (_, over) in zip(args.strategies, [parse_strategy(s) for s in args.strategies]):
         asked = over.get(key) or base.budget
         runs = results.get(text, [])
@@ -290,8 +300,8 @@ def small_steps(args: argparse.Namespace, base: RunSpec, results: dict[str, list
         if spent <= 1.25 * asked:
             continue
         print(f"rollwise simulate: warning: strategy '{text}': its step budget of {asked:,} {args.unit} is less than one "
-              f"group ({base.num_generations} samples, about {group:,.0f} {args.unit}); a step rolls out at least one "
-              f"prompt, and it spent {spent:,.0f} {args.unit} a step on average, more than asked; give {key}={int(round(group))} or more",
+              f"group ({n} samples" + (f", about {group:,.0f} tokens" if args.unit == "tokens" else "") + "); a step rolls "
+              f"out at least one prompt, and it spent {spent:,.0f} {args.unit} a step on average, more than asked; give {key}={int(round(group))} or more",
               file=sys.stderr)
 
 
@@ -372,6 +382,8 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
         return f"--unsolvable is a share of prompts in [0, 1), got {args.unsolvable}"
     if args.target is not None and not 0.0 < args.target <= 1.0:
         return f"--target is a held-out accuracy in (0, 1], got {args.target}"
+    if not 0.0 <= args.revisit_decay <= 1.0:
+        return f"--revisit-decay is a factor in [0, 1] (1 = a revisit teaches like a new prompt), got {args.revisit_decay}"
     for k in ("difficulty_sd", "lr", "local_lr", "drift", "task_sd"):
         if getattr(args, k) < 0:
             return f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}"

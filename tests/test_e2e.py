@@ -49,6 +49,8 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     # every group rolled out is logged (uid, outcomes in generation order) for `rollwise simulate --fit`
     assert all(sum(len(g[1]) for g in r["rollout/groups"]) == r["rollout/rollouts"] for r in lines)
     assert all(set(g[1]) <= {"0", "1"} and g[0].startswith("chain_sum:train:") for r in lines for g in r["rollout/groups"])
+    assert all(len(g[2]) == len(g[1]) and all(isinstance(n, int) and n >= 0 for n in g[2])
+               for r in lines for g in r["rollout/groups"])  # response lengths, in the order of the outcomes
     rewards = [r["rollout/reward_mean"] for r in lines]
     assert sum(rewards[4:]) > sum(rewards[:4]), rewards  # sampled rewards drift up (noisy at 16 samples a step)
     evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]

@@ -506,7 +506,12 @@ def test_solve_rate_on_unseen_prompts_reads_first_samples_of_first_visits() -> N
     steps = [{"step": s, "rollout/groups": g} for s, g in [
         (1, [["a", "10"], ["b", "0111"]]),          # first samples: 1, 0
         (2, [["a", "00000000"], ["c", "1"]]),       # a is a revisit; c: 1
-        (6, [["d", "01"], ["b", "1"], ["e", "0"]]),  # d: 0, e: 0
+        (6, [["d", "01", [5, 7]], ["b", "1", [3]], ["e", "0", [9]]]),  # d: 0, e: 0 (a run that logs lengths)
     ]]
     assert unseen_solve_rate(steps) == [(5.0, 2 / 3), (6.0, 0.0)]
     assert unseen_solve_rate([{"step": 1}]) == []
+    from rollwise.report import length_by_outcome
+
+    assert length_by_outcome(steps) == ([(6, 7.0)], [(6, 5.0)])  # only d is mixed and has lengths
+    mixed = [{"step": 1, "rollout/groups": [["a", "0110", [10, 4, 6, 20]], ["b", "11", [1, 1]]]}]
+    assert length_by_outcome(mixed) == ([(1, 5.0)], [(1, 15.0)])

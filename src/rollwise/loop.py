@@ -385,14 +385,16 @@ def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, 
     return metrics
 
 
-def group_outcomes(generated: list[Sample], primary: str) -> list[list[str]]:
-    """[uid, outcomes] of every prompt rolled out this step (discarded groups included), outcomes a
-    string of 1 (correct) and 0 in the order the samples were generated (a probe before its top-up):
-    what `rollwise simulate --fit` fits a simulated world to."""
-    out: dict[str, list[str]] = {}
+def group_outcomes(generated: list[Sample], primary: str) -> list[list]:
+    """[uid, outcomes, lengths] of every prompt rolled out this step (discarded groups included),
+    outcomes a string of 1 (correct) and 0 in the order the samples were generated (a probe before
+    its top-up), lengths their response token counts in the same order: what `rollwise simulate
+    --fit` fits a simulated world to, and what shows whether correct answers are the shorter ones."""
+    out: dict[str, list] = {}
     for s in generated:
-        g = out.setdefault(s.prompt_uid, [s.prompt_uid, ""])
+        g = out.setdefault(s.prompt_uid, [s.prompt_uid, "", []])
         g[1] += "1" if is_correct(s.reward_parts, primary) else "0"
+        g[2].append(s.num_response_tokens)
     return list(out.values())
 
 

@@ -38,10 +38,30 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     tasks = sorted({k for h in steps for k in h if k.startswith("planner/task_share/")})
     if tasks:
         out.append(("share of rollouts per task", "line", [(k.rsplit("/", 1)[1], series(k)) for k in tasks]))
+    right, wrong = length_by_outcome(steps)
+    if right:
+        out.append(("response tokens in groups with both outcomes", "line", [("correct", right), ("wrong", wrong)]))
     unseen = unseen_solve_rate(steps)
     if unseen:
         out.append(("solve rate on prompts never rolled out before", "line", [("", unseen)]))
     return out
+
+
+def length_by_outcome(steps: list[dict]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """Per step, the mean response tokens of correct and of wrong responses in groups with both
+    (the groups GRPO learns from), from `rollout/groups` of runs that log lengths: when correct
+    answers are the shorter ones, training pushes answers shorter."""
+    right, wrong = [], []
+    for h in sorted(steps, key=lambda h: h["step"]):
+        ok, bad = [], []
+        for g in h.get("rollout/groups", []):
+            if len(g) > 2 and "0" in g[1] and "1" in g[1]:
+                for o, n in zip(g[1], g[2]):
+                    (ok if o == "1" else bad).append(n)
+        if ok and bad:
+            right.append((h["step"], sum(ok) / len(ok)))
+            wrong.append((h["step"], sum(bad) / len(bad)))
+    return right, wrong
 
 
 def unseen_solve_rate(steps: list[dict], block: int = 5) -> list[tuple[float, float]]:
@@ -53,7 +73,7 @@ def unseen_solve_rate(steps: list[dict], block: int = 5) -> list[tuple[float, fl
     seen: set[str] = set()
     firsts: list[tuple[int, int]] = []  # (step, correct)
     for h in sorted(steps, key=lambda h: h["step"]):
-        for uid, outcomes in h.get("rollout/groups", []):
+        for uid, outcomes, *_ in h.get("rollout/groups", []):  # lengths third since 2026-12-04
             if uid not in seen and outcomes:
                 seen.add(uid)
                 firsts.append((h["step"], int(outcomes[0] == "1")))

@@ -117,7 +117,7 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
     signal = 0.0
     for r in sorted(rows, key=lambda r: r["step"]):
         groups = r.get("rollout/groups", [])
-        for uid, outcomes in groups:
+        for uid, outcomes, *_ in groups:  # runs since 2026-12-04 add the response lengths
             if uid in seen:
                 continue
             seen.add(uid)

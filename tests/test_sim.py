@@ -496,7 +496,7 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
     assert "planner/brier" not in panels  # no panel for a metric the run never logged
     assert panels["prompts trained with a gradient (cumulative)"] == ("line", [("", [(1, 3.0)])])
-    assert panels["groups with a gradient from prompts trained before"] == ("line", [("", [(1, 0.5)])])
+    assert panels["gradient groups on prompts trained before"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
 
 

@@ -28,7 +28,7 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         out.append(("groups with equal rewards", "line", [("all wrong", series("planner/all_wrong_share")),
                                                          ("all correct", series("planner/all_correct_share"))]))
     if any("planner/revisit_share" in h for h in steps):
-        out.append(("groups with a gradient from prompts trained before", "line",
+        out.append(("gradient groups on prompts trained before", "line",
                     [("", series("planner/revisit_share"))]))
     if any("planner/prompts_trained" in h for h in steps):
         out.append(("prompts trained with a gradient (cumulative)", "line", [("", series("planner/prompts_trained"))]))

@@ -41,3 +41,21 @@ def test_first_crossing_is_linear_between_grid_points():
     assert planner.first_crossing(m, 0.2013) == pytest.approx(0.4026)
     assert planner.first_crossing(m, 0.0) == 0.0
     assert math.isinf(planner.first_crossing(m, 0.6))
+
+
+def test_length_gap_reads_groups_with_both_outcomes(tmp_path):
+    import json
+
+    spec = importlib.util.spec_from_file_location("length_gap", Path(__file__).parents[1] / "bench" / "length_gap.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    run = tmp_path / "adaptive-seed1"
+    run.mkdir()
+    rows = [{"step": 0, "eval/response_len_mean": 30.0},
+            {"step": 1, "rollout/groups": [["a", "0110", [10, 4, 6, 20]], ["b", "11", [1, 1]], ["c", "01"]]},
+            {"step": 2, "rollout/groups": [["d", "10", [8, 2]]], "eval/response_len_mean": 12.0}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    got = gap.run_gap(run)  # a: correct 5, wrong 15 (-10); d: +6; b all correct, c without lengths: left out
+    assert got["groups"] == 2 and got["gap"] == pytest.approx(-2.0)
+    assert got["correct"] == pytest.approx((4 + 6 + 8) / 3) and got["wrong"] == pytest.approx((10 + 20 + 2) / 3)
+    assert got["answers"] == (30.0, 12.0)

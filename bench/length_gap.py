@@ -16,18 +16,18 @@ import statistics
 import sys
 from pathlib import Path
 
+from rollwise.report import lengths_by_outcome
 from rollwise.tracking import read_metrics
 
 
 def run_gap(run_dir: Path) -> dict | None:
     hist = read_metrics(run_dir)
-    groups = [g for h in hist for g in h.get("rollout/groups", []) if len(g) > 2 and "0" in g[1] and "1" in g[1]]
+    groups = [split for h in hist for g in h.get("rollout/groups", []) if (split := lengths_by_outcome(g))]
     if not groups:
         return None
-    ok = [n for g in groups for o, n in zip(g[1], g[2]) if o == "1"]
-    bad = [n for g in groups for o, n in zip(g[1], g[2]) if o == "0"]
-    diffs = [statistics.mean(n for o, n in zip(g[1], g[2]) if o == "1")
-             - statistics.mean(n for o, n in zip(g[1], g[2]) if o == "0") for g in groups]
+    ok = [n for right, _ in groups for n in right]
+    bad = [n for _, wrong in groups for n in wrong]
+    diffs = [statistics.mean(right) - statistics.mean(wrong) for right, wrong in groups]
     lengths = [h["eval/response_len_mean"] for h in hist if "eval/response_len_mean" in h]
     return {"groups": len(groups), "correct": statistics.mean(ok), "wrong": statistics.mean(bad),
             "gap": statistics.mean(diffs), "answers": (lengths[0], lengths[-1]) if lengths else None}

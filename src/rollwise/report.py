@@ -47,6 +47,15 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     return out
 
 
+def lengths_by_outcome(group: list) -> tuple[list[int], list[int]] | None:
+    """(correct, wrong) response lengths of one `rollout/groups` entry that has both outcomes and
+    logs lengths (runs since 2026-12-04); None for any other group."""
+    if len(group) < 3 or "0" not in group[1] or "1" not in group[1]:
+        return None
+    ok = [n for o, n in zip(group[1], group[2]) if o == "1"]
+    return ok, [n for o, n in zip(group[1], group[2]) if o == "0"]
+
+
 def length_by_outcome(steps: list[dict]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """Per step, the mean response tokens of correct and of wrong responses in groups with both
     (the groups GRPO learns from), from `rollout/groups` of runs that log lengths: when correct
@@ -55,9 +64,10 @@ def length_by_outcome(steps: list[dict]) -> tuple[list[tuple[int, float]], list[
     for h in sorted(steps, key=lambda h: h["step"]):
         ok, bad = [], []
         for g in h.get("rollout/groups", []):
-            if len(g) > 2 and "0" in g[1] and "1" in g[1]:
-                for o, n in zip(g[1], g[2]):
-                    (ok if o == "1" else bad).append(n)
+            split = lengths_by_outcome(g)
+            if split:
+                ok += split[0]
+                bad += split[1]
         if ok and bad:
             right.append((h["step"], sum(ok) / len(ok)))
             wrong.append((h["step"], sum(bad) / len(bad)))

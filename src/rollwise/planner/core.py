@@ -61,7 +61,7 @@ class ComposedPlanner:
         self.rng = np.random.default_rng([seed, 7919])
         self.length_estimate = max_completion_length / 2
         self.token_carry = 0.0
-        self.cooldown = int(getattr(cfg, "revisit_cooldown", 0) or 0)
+        self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
         self._st: StepState | None = None
         self._metrics: dict[str, Any] = {}

@@ -123,7 +123,7 @@ def make_planner(
     why = unused_options(cfg)
     if why:
         raise ValueError(why)
-    cool = getattr(cfg, "revisit_cooldown", 0)
+    cool = cfg.revisit_cooldown
     if cool and cool * prompts_per_step >= len(uids):
         warnings.warn(f"planner.revisit_cooldown={cool} can keep {cool} x {prompts_per_step} prompts a step = "
                       f"{cool * prompts_per_step} out at once, not fewer than the pool's {len(uids)}: steps then fill "

@@ -252,7 +252,7 @@ def run_command(args: argparse.Namespace) -> int:
                   " (the fitted learning rate is about 0: fit a longer run or more runs)"
                   if getattr(args, "lr_fitted", False) else ""), file=sys.stderr)
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
-    small_steps(args, base, results)
+    small_steps(args, rows, base, results)
     title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              + (f"revisit decay {args.revisit_decay}, " if args.revisit_decay != 1.0 else "")
              + f"budget {base.budget:,} {args.unit}/step x "
@@ -278,7 +278,8 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def small_steps(args: argparse.Namespace, base: RunSpec, results: dict[str, list]) -> None:
+def small_steps(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]]], base: RunSpec,
+                results: dict[str, list]) -> None:
     """Warn about each row whose step budget is less than one group and whose steps spent more than it
     (by a quarter): a step rolls out at least one prompt, so such a row's steps were bigger, and fewer,
     than asked. (A planner that screens with small groups can keep under such a budget.)"""
@@ -287,16 +288,16 @@ def small_steps(args: argparse.Namespace, base: RunSpec, results: dict[str, list
     if args.unit == "tokens":  # one prompt's group at the world's mean response length
         plain = RunSpec("uniform", 0, steps=1, prompts_per_step=base.prompts_per_step, num_generations=n,
                         unit="tokens", params=base.params)
-        group = n * default_budget(plain) / (base.prompts_per_step * n)
+        group = default_budget(plain) / base.prompts_per_step
     else:
         group = float(n)
-    for text, (_, over) in zip(args.strategies, [parse_strategy(s) for s in args.strategies]):
+    for text, (_, over) in zip(args.strategies, rows):
         asked = over.get(key) or base.budget
         runs = results.get(text, [])
         if asked >= group or not runs:
             continue
         steps = [max(len(r.rollouts) - 1, 1) for r in runs]
-        spent = float(np.mean([spend(r, args.unit)[-1] / n for r, n in zip(runs, steps)]))
+        spent = float(np.mean([spend(r, args.unit)[-1] / k for r, k in zip(runs, steps)]))
         if spent <= 1.25 * asked:
             continue
         print(f"rollwise simulate: warning: strategy '{text}': its step budget of {asked:,} {args.unit} is less than one "

@@ -388,6 +388,15 @@ class EvalConfig(_Section):
                             "training runs in the rollout engine (rollout.batch_size, rollout.num_slots).")
     pass_k: int = Field(0, ge=0, description="Also report pass@k with k sampled answers (0 = off).")
     max_completion_length: int | None = Field(None, gt=0, description="None = rollout.max_completion_length.")
+    save_best: bool = Field(
+        False, description="Keep the weights of the best eval/accuracy seen so far (evaluations before, during and "
+        "after training) in <run>/checkpoints/best, with best.json naming its step; rollwise eval and rollwise export "
+        "take that folder. It is chosen on the held-out items, so its accuracy there is optimistic.")
+    early_stopping_patience: int = Field(
+        0, ge=0, description="Stop training once this many evaluations in a row have not beaten the best "
+        "eval/accuracy by more than early_stopping_min_delta (0 = never; needs every_n_steps).")
+    early_stopping_min_delta: float = Field(
+        0.0, ge=0, description="How much an evaluation must beat the best eval/accuracy by to count as a new best.")
 
 
 class RunConfig(_Section):
@@ -499,6 +508,10 @@ class Config(_Section):
             if r.engine == "hf":
                 raise ValueError("rollout workers (distributed.async_training or distributed.backend=ray) need "
                                  "rollout.engine=continuous or vllm (they pause and resume sequences), got hf")
+        ev = self.eval
+        if ev.early_stopping_patience and not ev.every_n_steps:
+            raise ValueError(f"eval.early_stopping_patience={ev.early_stopping_patience} needs evaluations during "
+                             "training: set eval.every_n_steps (for example eval.every_n_steps=5)")
         return self
 
 
@@ -533,6 +546,8 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "distributed.max_worker_restarts": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
+    "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
+                                      "eval.early_stopping_patience > 0 or eval.save_best=true"),
 }
 
 

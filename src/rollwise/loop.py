@@ -38,6 +38,7 @@ from rollwise.models import (
 from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
+from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, save_best_weights
 from rollwise.training.checkpoint import (
     latest_checkpoint,
     load_checkpoint_state,
@@ -151,6 +152,8 @@ class Run:
     checkpoint: Path | None = None  # and its folder
     replay_bank: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> last correct response
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
+    best: BestTracker = field(default_factory=BestTracker)  # best eval/accuracy so far (save_best, early stopping)
+    last_eval: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the latest evaluation
 
 
 @dataclass
@@ -243,14 +246,20 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     run = Run(cfg, run_dir, runner, cfg.reward.functions[0].name, tokenizer, model, path, eos_ids, engine, trainer,
               {it.uid: it for it in train_items}, ids_by_uid, [eval_items[i] for i in eval_keep],
               [eval_ids[i] for i in eval_keep], planner, None, RunResult(run_dir))  # type: ignore[arg-type]
+    run.best = BestTracker(cfg.eval.early_stopping_patience, cfg.eval.early_stopping_min_delta)
     if state is not None:
         planner.load_state_dict(state["extra"]["planner"])
         run.replay_bank = state["extra"]["replay_bank"]
         run.totals = state["extra"]["totals"]
+        if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
+            run.best.load_state_dict(state["extra"]["best"])
         run.start_step = state["step"]
         run.state, run.checkpoint = state, ckpt
         # a trainer that ran as a Ray actor saved its own RNG in "rng" and this process's in "driver_rng"
         set_rng_state(state["extra"].get("driver_rng", state["rng"]))
+        note = adopt_saved_best(run.best, run_dir, run.start_step) if cfg.eval.save_best else None
+        if note:
+            print(f"rollwise: {note}", file=sys.stderr)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
     record_environment(run_dir, run.start_step if ckpt else None, dtype)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
@@ -260,8 +269,10 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     return run
 
 
-def run_eval(run: Run, step: int) -> dict[str, float]:
-    """Held-out evaluation with the run's engine (which must hold the current weights)."""
+def run_eval(run: Run, step: int, save_best: Any = None) -> dict[str, float]:
+    """Held-out evaluation with the run's engine (which must hold the current weights), counted
+    toward the run's best; with eval.save_best a new best's weights are written by `save_best(step,
+    accuracy)` (default: this process's policy)."""
     cfg = run.cfg
     te = time.perf_counter()
     m = evaluate(run.engine, run.eval_items, run.eval_ids, run.runner, run.primary, run.tokenizer,
@@ -269,8 +280,31 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
                  cfg.rollout.temperature, cfg.run.seed)
     if m:
         m["time/eval_s"] = time.perf_counter() - te
+        if METRIC in m:
+            if run.best.observe(step, m[METRIC]) and cfg.eval.save_best:
+                (save_best or (lambda s, a: save_best_weights(run.run_dir, s, a, run.model)))(step, m[METRIC])
+            m.update(run.best.metrics())
         run.tracker.log(step, m)
+        run.last_eval = (step, m)
     return m
+
+
+def final_eval(run: Run, last_step: int, save_best: Any = None) -> dict[str, float]:
+    """The evaluation after training (eval.at_end): the one already made at `last_step` when
+    training stopped right after it (early stopping), else a new one."""
+    if run.last_eval is not None and run.last_eval[0] == last_step:
+        return run.last_eval[1]
+    return run_eval(run, last_step, save_best)
+
+
+def stopped_early(run: Run, step: int, progress: StepProgress) -> bool:
+    """eval.early_stopping_patience reached after the evaluation at `step`: say so."""
+    if run.best.should_stop:
+        again = (" (when the run was checkpointed); to train on, resume with a larger eval.early_stopping_patience "
+                 "or 0") if step == run.start_step else ""
+        text = f"step {step}: {run.best.stop_note()}{again}"
+        progress.note(text) if progress.enabled else print(f"rollwise: {text}", file=sys.stderr)  # said even without a bar
+    return run.best.should_stop
 
 
 def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> Produced:
@@ -416,13 +450,19 @@ def is_last_step(run: Run, step: int) -> bool:
     return step == cfg.train.max_steps or budget_spent
 
 
+def is_eval_step(cfg: Config, step: int) -> bool:
+    """An evaluation during training after `step` updates (eval.every_n_steps)."""
+    return bool(cfg.eval.every_n_steps and step % cfg.eval.every_n_steps == 0)
+
+
 def is_checkpoint_step(cfg: Config, step: int) -> bool:
     return step == cfg.train.max_steps or bool(cfg.run.save_every and step % cfg.run.save_every == 0)
 
 
 def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's `extra`: planner, replay bank and totals, plus the rollout side's state."""
-    return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals, **rollout_state}
+    """The checkpoint's `extra`: planner, replay bank, totals and best evaluation, plus the rollout side's state."""
+    return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
+            "best": run.best.state_dict(), **rollout_state}
 
 
 def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
@@ -432,8 +472,8 @@ def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
-    if run.cfg.eval.at_end and last_step > run.start_step:
-        run.result.eval_after = run_eval(run, last_step)
+    if run.cfg.eval.at_end and last_step > run.start_step and not run.result.eval_after:
+        run.result.eval_after = final_eval(run, last_step)
     run.tracker.close()
     run.runner.close()
     if not quiet:
@@ -465,6 +505,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
     last_step = run.start_step
     for step in range(run.start_step, cfg.train.max_steps):
+        if stopped_early(run, step, progress):  # a resumed run that had already stopped
+            break
         t0 = time.perf_counter()
         produced = produce_batch(run, step, executor, stream)
 
@@ -480,8 +522,9 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
 
         # evaluation and checkpoints
         done = is_last_step(run, step + 1)
-        if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
+        if is_eval_step(cfg, step + 1) and not done:
             progress.update(step + 1, {**metrics, **run_eval(run, step + 1)})
+            done = stopped_early(run, step + 1, progress)
         if done or is_checkpoint_step(cfg, step + 1):
             save(run, step + 1, {"engine": engine.state_dict(), "executor": executor.state_dict()})
         if done:

@@ -49,6 +49,8 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
     if evals:
         out["eval accuracy (first)"] = f"{evals[0]['eval/accuracy']:.3f} @ step {evals[0]['step']}"
         out["eval accuracy (last)"] = f"{evals[-1]['eval/accuracy']:.3f} @ step {evals[-1]['step']}"
+        best = max(evals, key=lambda h: h["eval/accuracy"])  # the first of equals
+        out["eval accuracy (best)"] = f"{best['eval/accuracy']:.3f} @ step {best['step']}"
         for k in evals[-1]:
             if k.startswith("eval/pass@"):
                 out[k] = f"{evals[-1][k]:.3f}"
@@ -84,6 +86,7 @@ def _planner_strategy(run_dir: Path) -> str | None:
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     from rollwise.environment import load_environment
     from rollwise.tracking import read_metrics
+    from rollwise.training.best import best_dir, read_best
 
     summary = summarize(read_metrics(run_dir, warn=False))  # the report's plot has said it already
     strategy = _planner_strategy(run_dir)
@@ -96,6 +99,9 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
                                   f"threads{', ' + env['cuda'] if env.get('cuda') else ''}"
                                   f"{', ' + env['compute_dtype'] if env.get('compute_dtype') else ''}; torch {pk.get('torch')}, "
                                   f"transformers {pk.get('transformers')}")
+    saved = read_best(run_dir)
+    if saved:
+        summary["best weights (eval.save_best)"] = f"{best_dir(run_dir)} (step {saved['step']})"
     table = Table(title=title or f"rollwise run {run_dir}")
     table.add_column("metric")
     table.add_column("value", justify="right")

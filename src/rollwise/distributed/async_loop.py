@@ -13,7 +13,9 @@ Staleness (AReaL): batch k may start only once the trainer is at version v >= k 
 at most (eta + v + 1) batches are accepted or running at version v, and every token of a
 batch trained at version k was sampled at version k - eta or later. eta = 0 is the
 synchronous loop. At a checkpoint step the producer waits for the checkpoint, so it holds
-exactly what was produced for the steps before it and a resumed run continues from there.
+exactly what was produced for the steps before it and a resumed run continues from there
+(with eval.early_stopping_patience it waits at every evaluation step too: the run may stop
+and checkpoint there).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from rollwise.loop import (
     Produced,
     Run,
     RunResult,
+    final_eval,
     finish,
     is_checkpoint_step,
+    is_eval_step,
     is_last_step,
     loop_state,
     produce_batch,
@@ -43,6 +47,7 @@ from rollwise.loop import (
     run_eval,
     setup,
     step_metrics,
+    stopped_early,
 )
 from rollwise.training.checkpoint import rng_state
 from rollwise.ui import StepProgress
@@ -60,7 +65,13 @@ class StalenessGate:
         if k > self.version + self.eta:
             return False
         # a checkpoint at step c <= k must be written before batch k starts
-        return not any(is_checkpoint_step(self.cfg, c) for c in range(self.version + 1, k + 1))
+        return not any(self.holds(c) for c in range(self.version + 1, k + 1))
+
+    def holds(self, step: int) -> bool:
+        """Whether the producer waits for the trainer's step `step` to be over: a checkpoint step, and
+        with early stopping every evaluation step (the run may stop, and checkpoint, there)."""
+        return is_checkpoint_step(self.cfg, step) or (self.cfg.eval.early_stopping_patience > 0
+                                                      and is_eval_step(self.cfg, step))
 
     def wait(self, k: int) -> bool:
         """Block until batch k may start; False when the run is stopping."""
@@ -155,9 +166,12 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             run.engine.load_weights(got[1], version=got[0])
             eval_version[0] = got[0]
 
+    def save_best(step: int, accuracy: float) -> None:
+        call("save_best", step, accuracy)
+
     def evaluate_now(step: int) -> dict[str, float]:
         load_eval_weights()
-        return run_eval(run, step)
+        return run_eval(run, step, save_best)
 
     if run.start_step == 0 and cfg.eval.at_start:
         run.result.eval_before = evaluate_now(0)
@@ -168,9 +182,11 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                                 daemon=True)
     progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
     last_step = run.start_step
-    producer.start()
+    end = run.start_step if stopped_early(run, run.start_step, progress) else cfg.train.max_steps  # already stopped
+    if end > run.start_step:
+        producer.start()
     try:
-        for step in range(run.start_step, cfg.train.max_steps):
+        for step in range(run.start_step, end):
             t0 = time.perf_counter()
             produced = _next_batch(batches, producer)
             waited = time.perf_counter() - t0
@@ -185,27 +201,33 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             step_metrics(run, produced, metrics)
             done = is_last_step(run, step + 1)
             checkpoint = done or is_checkpoint_step(cfg, step + 1)
-            if not checkpoint:
+            hold = checkpoint or gate.holds(step + 1)
+            if not hold:
                 gate.advance(step + 1)  # the producer may start the next batch while we log and evaluate
             metrics.update({"async/staleness_max": float(max(stale, default=0)),
                             "async/staleness_mean": sum(stale) / len(stale) if stale else 0.0,
                             "async/trainer_wait_s": waited, "async/max_staleness": float(eta)})
             metrics["time/step_s"] = time.perf_counter() - t0
             report_step(run, step + 1, produced, metrics, progress)
-            if cfg.eval.every_n_steps and (step + 1) % cfg.eval.every_n_steps == 0 and not done:
+            if is_eval_step(cfg, step + 1) and not done:
                 progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
+                if stopped_early(run, step + 1, progress):
+                    done = checkpoint = True
             if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
                 call("save", step + 1, loop_state(run, {"pool": pool.state_dict(), "driver_rng": rng_state()}))
+            if hold:
                 gate.advance(step + 1)
             if done:
                 last_step = step + 1
                 break
-        if cfg.eval.at_end and last_step > run.start_step:
+        if cfg.eval.at_end and last_step > run.start_step:  # while the trainer is still there to save a best
             load_eval_weights()
+            run.result.eval_after = final_eval(run, last_step, save_best)
     finally:
         gate.stop()
         progress.close()
-        producer.join(timeout=None if d.backend == "local" else 5.0)
+        if producer.is_alive():
+            producer.join(timeout=None if d.backend == "local" else 5.0)
         pool.close()
         if started_ray:
             import ray

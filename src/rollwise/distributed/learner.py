@@ -1,8 +1,9 @@
 """The trainer side of the asynchronous loop, in this process or as a Ray actor.
 
-Both forms do the same three things: `update(batch, version)` (advantages, the clipped
-updates, then the new weights published to the store as `version`), `save(step, extra)`
-(a checkpoint with the driver's planner and rollout state in `extra`) and nothing else:
+Both forms do the same things: `update(batch, version)` (advantages, the clipped updates,
+then the new weights published to the store as `version`), `save(step, extra)` (a checkpoint
+with the driver's planner and rollout state in `extra`), `save_best(step, accuracy)` (the
+weights of a new best evaluation, eval.save_best) and nothing else:
 the driver never touches the weights, it evaluates with what the store holds.
 """
 
@@ -15,6 +16,7 @@ import torch
 
 from rollwise.config import Config
 from rollwise.models import merged_state_dict
+from rollwise.training.best import save_best_weights
 from rollwise.training.checkpoint import save_checkpoint
 from rollwise.types import Sample
 
@@ -36,6 +38,10 @@ class Learner:
 
     def save(self, step: int, extra: dict[str, Any]) -> None:
         save_checkpoint(self.run_dir, step, self.model, self.trainer.state_dict(), extra, self.cfg.run.keep_checkpoints)
+
+    def save_best(self, step: int, accuracy: float) -> None:
+        """The weights just evaluated as a new best (eval.save_best): the loop evaluates only between updates."""
+        save_best_weights(self.run_dir, step, accuracy, self.model)
 
 
 class TrainerActor(Learner):

@@ -22,7 +22,7 @@ class CheckpointError(RuntimeError):
     """A checkpoint could not be written or does not match the model; the message says why."""
 
 
-def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     names = {n for n, p in model.named_parameters() if p.requires_grad}
     sd = model.state_dict()
     # Tied weights share storage; safetensors wants each tensor once and contiguous.
@@ -42,30 +42,35 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_state: dict[str, Any],
                     extra: dict[str, Any], keep: int) -> Path:
     ckdir = Path(run_dir) / "checkpoints"
-    ckdir.mkdir(parents=True, exist_ok=True)
     final = ckdir / f"step_{step:06d}"
     tmp = ckdir / f".tmp_step_{step:06d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
-        save_file(_trainable_state(model), str(tmp / "weights.safetensors"))
-        torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, tmp / "state.pt")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(
-            f"could not write checkpoint to {tmp} ({e.strerror}); free disk space or change run.output_dir. "
-            "The previous checkpoint is intact."
-        ) from None
+
+    def write(folder: Path) -> None:
+        save_file(trainable_state(model), str(folder / "weights.safetensors"))
+        torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, folder / "state.pt")
+
+    write_folder(tmp, write, "checkpoint", "change run.output_dir. The previous checkpoint is intact.")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in sorted(ckdir.glob("step_*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
+    """Write a fresh folder `tmp` with `write(tmp)` and flush its files to disk; on an OS error
+    (a full disk) remove it and raise a CheckpointError that says what to do (`hint`)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        write(tmp)
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write the {what} to {tmp} ({e.strerror}); free disk space or {hint}") from None
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

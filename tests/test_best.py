@@ -1,0 +1,127 @@
+"""eval.save_best and eval.early_stopping_patience: the tracker by hand, then the loop with scripted
+evaluations (a tiny model's accuracy cannot be steered), synchronous and asynchronous."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_e2e import _args, _train_lines
+
+from rollwise.cli import main
+from rollwise.config import build_config
+from rollwise.distributed.async_loop import StalenessGate
+from rollwise.training.best import BestTracker, adopt_saved_best, read_best, save_best_weights
+from rollwise.training.checkpoint import CheckpointError
+
+
+def test_tracker_counts_evaluations_since_the_best():
+    t = BestTracker(patience=2, min_delta=0.05)
+    seen = [t.observe(s, a) for s, a in [(0, 0.20), (3, 0.30), (6, 0.33), (9, 0.36), (12, 0.10)]]
+    # 0.33 is not 0.05 above 0.30; 0.36 is (0.36 > 0.35)
+    assert seen == [True, True, False, True, False]
+    assert (t.best, t.best_step, t.since, t.should_stop) == (0.36, 9, 1, False)
+    t.observe(15, 0.40)  # 0.40 < 0.36 + 0.05
+    assert t.should_stop and "step 9" in t.stop_note() and "0.360" in t.stop_note()
+    u = BestTracker(patience=2)
+    u.load_state_dict(t.state_dict())
+    assert (u.best, u.best_step, u.since) == (0.36, 9, 2)
+    assert not BestTracker(patience=0, best=0.5, best_step=1, since=99).should_stop  # 0: never stop
+
+
+def test_best_weights_replace_the_old_only_when_complete(tmp_path, monkeypatch):
+    model = torch.nn.Linear(2, 2)
+    save_best_weights(tmp_path, 3, 0.25, model)
+    assert read_best(tmp_path) == {"step": 3, "metric": "eval/accuracy", "accuracy": 0.25}
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    import rollwise.training.best as best
+
+    def full_disk(*a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(best, "save_file", full_disk)
+    with pytest.raises(CheckpointError, match="No space left.*previous best is intact"):
+        save_best_weights(tmp_path, 6, 0.5, model)
+    assert read_best(tmp_path)["step"] == 3 and not (tmp_path / "checkpoints" / ".tmp_best").exists()
+    monkeypatch.undo()
+    save_best_weights(tmp_path, 6, 0.5, model)
+    w = load_file(str(tmp_path / "checkpoints" / "best" / "weights.safetensors"))
+    assert read_best(tmp_path)["step"] == 6 and (w["weight"] == 7.0).all()
+    # a resumed run (its checkpoint at step 4) keeps the best written at step 6 as the one to beat
+    t = BestTracker(best=0.3, best_step=2)
+    assert "step 6" in adopt_saved_best(t, tmp_path, start_step=4) and (t.best, t.best_step) == (0.5, 6)
+    assert adopt_saved_best(BestTracker(best=0.3, best_step=2), tmp_path, start_step=6) is None
+
+
+def test_patience_needs_evaluations_during_training(capsys):
+    assert main(["train", "eval.early_stopping_patience=2"]) == 2
+    assert "eval.every_n_steps" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        build_config({"eval": {"early_stopping_patience": -1}})
+
+
+def _scripted(monkeypatch, module, accuracies):
+    """Replace the held-out evaluation with a list of accuracies, in call order."""
+    calls = []
+
+    def fake(*a, **kw):
+        calls.append(1)
+        return {"eval/accuracy": accuracies[len(calls) - 1], "eval/items": 8.0}
+
+    monkeypatch.setattr(module, "evaluate", fake)
+    return calls
+
+
+def test_early_stop_keeps_the_best_and_a_resume_stays_stopped(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import rollwise.loop as loop
+
+    calls = _scripted(monkeypatch, loop, [0.2, 0.5, 0.4, 0.45, 0.9, 0.9])
+    extra = ["eval.every_n_steps=1", "eval.save_best=true", "eval.early_stopping_patience=2",
+             "run.save_every=1", "run.keep_checkpoints=10"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "es", 6, extra)]) == 0
+    run = tmp_path / "es"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3]  # 0.4 and 0.45 do not beat 0.5: stop after step 3
+    assert len(calls) == 4  # steps 0-3; the evaluation at the end is the one at step 3, not a fifth
+    assert "early stop" in capsys.readouterr().err
+    assert read_best(run)["step"] == 1
+    best = load_file(str(run / "checkpoints" / "best" / "weights.safetensors"))
+    step1 = load_file(str(run / "checkpoints" / "step_000001" / "weights.safetensors"))
+    step3 = load_file(str(run / "checkpoints" / "step_000003" / "weights.safetensors"))
+    assert best.keys() == step1.keys() and all((best[k] == step1[k]).all() for k in best)
+    assert any((best[k] != step3[k]).any() for k in best)  # the weights really moved after the best
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
+    assert [r["eval/evals_since_best"] for r in rows] == [0, 0, 1, 2] and rows[-1]["eval/best_accuracy"] == 0.5
+    # resuming a run that stopped early trains nothing and says how to go on
+    assert main(["train", "--resume", str(run)]) == 0
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3] and len(calls) == 4
+    assert "early_stopping_patience" in capsys.readouterr().err
+    # ... unless the patience is raised: step 4 scores 0.9, a new best
+    assert main(["train", "--resume", str(run), "eval.early_stopping_patience=3", "train.max_steps=4"]) == 0
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4] and read_best(run)["step"] == 4
+    # the best folder is a checkpoint folder for rollwise eval
+    monkeypatch.undo()
+    assert main(["eval", str(run / "checkpoints" / "best"), "run.progress=false"]) == 0
+    assert main(["export", str(run / "checkpoints" / "best"), str(tmp_path / "best-hf")]) == 0
+    assert (tmp_path / "best-hf" / "config.json").is_file()
+
+
+def test_async_early_stop_checkpoints_where_it_stops(tiny_model_dir, tmp_path, monkeypatch):
+    cfg = build_config({"eval": {"every_n_steps": 2, "early_stopping_patience": 1}, "run": {"save_every": 5},
+                        "train": {"max_steps": 20}})
+    gate = StalenessGate(version=0, eta=2, cfg=cfg)
+    # batch 2 (the one step 3 trains on) waits until the run has decided at its evaluation after step 2
+    assert [k for k in range(8) if gate.allows(k)] == [0, 1]
+    import rollwise.loop as loop
+
+    _scripted(monkeypatch, loop, [0.2, 0.5, 0.1, 0.9])
+    extra = ["eval.every_n_steps=2", "eval.save_best=true", "eval.early_stopping_patience=1", "run.save_every=0",
+             "distributed.async_training=true", "distributed.max_staleness=1", "distributed.weight_sync_tokens=4",
+             "algo.offpolicy_correction=decoupled"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "aes", 8, extra)]) == 0
+    run = tmp_path / "aes"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4]  # best at step 2, no better at 4: stop
+    assert [p.name for p in (run / "checkpoints").glob("step_*")] == ["step_000004"]
+    assert read_best(run)["step"] == 2
+    assert main(["train", "--resume", str(run)]) == 0  # stays stopped
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4]

@@ -70,7 +70,10 @@ def test_ray_workers_train_and_resume(tiny_model_dir, tmp_path, strategy):
     extra = ["eval.at_start=false", "eval.at_end=false", "distributed.backend=ray",
              "distributed.rollout_workers=2", "distributed.async_training=true", f"planner.strategy={strategy}"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "ray", 2, extra)]) == 0
-    assert main(["train", "--resume", str(tmp_path / "ray"), "train.max_steps=4"]) == 0
+    # the resumed part keeps its best weights: written by the trainer actor, which holds the weights
+    assert main(["train", "--resume", str(tmp_path / "ray"), "train.max_steps=4", "eval.at_end=true",
+                 "eval.save_best=true"]) == 0
+    assert json.loads((tmp_path / "ray" / "checkpoints" / "best" / "best.json").read_text())["step"] == 4
     rows = _rows(tmp_path / "ray")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     if strategy == "uniform":  # the workers deliver exactly the plan: 4 prompts x 4 samples, every step

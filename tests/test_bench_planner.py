@@ -59,3 +59,25 @@ def test_length_gap_reads_groups_with_both_outcomes(tmp_path):
     assert got["groups"] == 2 and got["gap"] == pytest.approx(-2.0)
     assert got["correct"] == pytest.approx((4 + 6 + 8) / 3) and got["wrong"] == pytest.approx((10 + 20 + 2) / 3)
     assert got["answers"] == (30.0, 12.0)
+
+
+def test_early_stop_replay_stops_where_the_loop_would(tmp_path, capsys):
+    import json
+
+    spec = importlib.util.spec_from_file_location("early_stop", Path(__file__).parents[1] / "bench" / "early_stop.py")
+    es = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(es)
+    run = tmp_path / "adaptive-seed1"
+    run.mkdir()
+    accs = {0: 0.2, 3: 0.3, 6: 0.25, 9: 0.28, 12: 0.35}  # evaluations; 12 is the last step (the final one)
+    rows = [{"step": s, "rollout/tokens_total": 100 * s} for s in range(1, 13)]
+    rows += [{"step": s, "eval/accuracy": a} for s, a in accs.items()]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in sorted(rows, key=lambda r: r["step"])) + "\n")
+    one = es.replay(run, patience=1)  # 0.25 at step 6 does not beat 0.3: stop there, with 600 of 1200 tokens
+    assert one == {"stopped": 1.0, "share": 0.5, "at_stop": 0.25, "best": 0.3, "final": 0.35}
+    two = es.replay(run, patience=2)  # 0.28 at step 9 is the second miss
+    assert two["stopped"] == 1.0 and two["share"] == 0.75 and two["at_stop"] == 0.28
+    assert es.replay(run, patience=3) == {"stopped": 0.0, "share": 1.0, "at_stop": 0.35, "best": 0.35, "final": 0.35}
+    assert es.main([str(tmp_path), "--patience", "1"]) == 0
+    assert "| 1 | 1 of 1 | 0.50 |" in capsys.readouterr().out
+    assert es.main([str(tmp_path), "--arm", "uniform"]) == 2

@@ -498,6 +498,11 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert panels["prompts trained with a gradient (cumulative)"] == ("line", [("", [(1, 3.0)])])
     assert panels["gradient groups on prompts trained before"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
+    assert panels["held-out accuracy"] == ("line", [("", [(0, 0.2)])])  # no best-so-far line before save_best
+    hist[0].update({"eval/best_accuracy": 0.2})
+    hist.append({"step": 2, "eval/accuracy": 0.1, "eval/best_accuracy": 0.2})
+    best = {title: data for title, _, data in panels_of(hist)}["held-out accuracy"]
+    assert best == [("accuracy", [(0, 0.2), (2, 0.1)]), ("best so far", [(0, 0.2), (2, 0.2)])]
 
 
 def test_solve_rate_on_unseen_prompts_reads_first_samples_of_first_visits() -> None:

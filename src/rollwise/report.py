@@ -18,7 +18,7 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
 
     out: list[tuple[str, str, list]] = [
         ("training reward", "line", [("", series("rollout/reward_mean"))]),
-        ("held-out accuracy", "line", [("", [(h["step"], h["eval/accuracy"]) for h in evals])]),
+        ("held-out accuracy", "line", held_out(evals)),
         ("rollout tokens (cumulative)", "line", [("", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps])]),
     ]
     for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier"):
@@ -45,6 +45,13 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     if unseen:
         out.append(("solve rate on prompts never rolled out before", "line", [("", unseen)]))
     return out
+
+
+def held_out(evals: list[dict]) -> list:
+    """The held-out accuracy panel's lines: the accuracy, and the best so far when the run logs it."""
+    acc = [(h["step"], h["eval/accuracy"]) for h in evals]
+    best = [(h["step"], h["eval/best_accuracy"]) for h in evals if "eval/best_accuracy" in h]
+    return [("accuracy", acc), ("best so far", best)] if best else [("", acc)]
 
 
 def lengths_by_outcome(group: list) -> tuple[list[int], list[int]] | None:

@@ -201,6 +201,7 @@ def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list
 
 def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | None = None,
            also: list[Path] | None = None, versus: list[str] | None = None) -> int:
+    suffix = "" if seeds is None and strategies is None else "-selection"  # a subset never overwrites the full report
     missing = [str(d) for d in also or [] if not d.is_dir()]
     if missing:
         print(f"--also: no such folder: {', '.join(missing)}")
@@ -274,7 +275,6 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     lines += ["", *per_seed_table(uni, by)]
     table = "\n".join(lines)
     print(table)
-    suffix = "" if seeds is None and strategies is None else "-selection"  # a subset never overwrites the full report
     (out / f"table{suffix}.md").write_text(table + "\n")
     (out / f"results{suffix}.json").write_text(json.dumps(by, indent=1))
     png = f"curves{suffix}.png"

@@ -81,3 +81,21 @@ def test_early_stop_replay_stops_where_the_loop_would(tmp_path, capsys):
     assert es.main([str(tmp_path), "--patience", "1"]) == 0
     assert "| 1 | 1 of 1 | 0.50 |" in capsys.readouterr().out
     assert es.main([str(tmp_path), "--arm", "uniform"]) == 2
+
+
+def test_report_names_its_files_by_whether_it_covers_every_run(tmp_path, capsys):
+    import json
+
+    for strategy, seed, points in [("uniform", 1, [[0, 0.2], [100, 0.3]]), ("adaptive", 1, [[0, 0.2], [40, 0.35]]),
+                                   ("uniform", 2, [[0, 0.2], [100, 0.25]]), ("adaptive", 2, [[0, 0.2], [90, 0.3]])]:
+        d = tmp_path / f"{strategy}-seed{seed}"
+        d.mkdir()
+        (d / "curve.json").write_text(json.dumps({"points": points, "steps": 3, "effective_ratio": 0.5,
+                                                  "answer_length": [30.0, 20.0], "strategy": strategy, "seed": seed}))
+    assert planner.report(tmp_path) == 0
+    assert (tmp_path / "table.md").is_file() and (tmp_path / "mean-curves.png").is_file()
+    assert "| 1 | 30.0% (100) | 35.0% | 0.40 |" in (tmp_path / "table.md").read_text()
+    assert planner.report(tmp_path, seeds=[1]) == 0  # a subset writes its own files
+    assert "| 2 |" not in (tmp_path / "table-selection.md").read_text()
+    assert "| 2 |" in (tmp_path / "table.md").read_text()
+    capsys.readouterr()

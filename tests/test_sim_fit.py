@@ -95,6 +95,15 @@ def test_first_visits_are_the_first_group_of_each_prompt_in_the_fitted_steps(tmp
     got = first_visits(d, fit_steps=2)
     assert [(v.task, v.n, v.correct, v.step) for v in got] == [("chain_sum", 2, 0, 1), ("gcd", 8, 3, 1), ("gcd", 2, 1, 2)]
     assert len(first_visits(d, fit_steps=3)) == 4
+    # runs since 2026-12-04 log each response's length as a third field; the signal reads both forms
+    # (step 1: 4*1*1/2 + 4*3*5/8 = 9.5 effective samples; over n_ref 16 that is 0.59375 before step 2)
+    (tmp_path / "with_lengths").mkdir()
+    d3 = _run_dir(tmp_path / "with_lengths", {1: [["chain_sum:train:1", "01", [3, 9]], ["gcd:train:7", "01100100",
+                                                                                      [5] * 8]],
+                                            2: [["gcd:train:9", "10", [2, 4]]]})
+    got = first_visits(d3, n_ref=16)
+    assert [(v.task, v.correct, v.step) for v in got] == [("chain_sum", 1, 1), ("gcd", 3, 1), ("gcd", 1, 2)]
+    assert [v.signal for v in got] == pytest.approx([0.0, 0.0, 9.5 / 16])
 
 
 def test_runs_that_cannot_be_fitted_say_why(tmp_path) -> None:

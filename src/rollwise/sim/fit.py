@@ -124,7 +124,7 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
             if (fit_steps is None or r["step"] <= fit_steps) and outcomes:
                 out.append(Visit(uid.split(":", 1)[0], str(outcomes), int(r["step"]), signal))
         if n_ref:
-            signal += sum(4.0 * o.count("1") * o.count("0") / len(o) for _, o in groups if o) / n_ref
+            signal += sum(4.0 * g[1].count("1") * g[1].count("0") / len(g[1]) for g in groups if g[1]) / n_ref
     return out
 
 

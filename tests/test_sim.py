@@ -406,6 +406,8 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data["summary"]) == {"uniform", "mopps:candidate_factor=2"}
     assert [r["steps"] for r in data["runs"]["uniform"]] == [5, 5] and data["runs"]["uniform"][0]["rollouts"] == 5 * 16
+    curve = data["runs"]["uniform"][0]["curve"]  # each run's curve, to replot or compare with real runs
+    assert curve["rollouts"] == [16.0 * k for k in range(6)] and len(curve["accuracy"]) == len(curve["tokens"]) == 6
     assert "| strategy |" in (tmp_path / "table.md").read_text()
     assert "did not gain" not in capsys.readouterr().err
     still = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive", "--seeds", "2", "--steps", "3", "--lr", "0",

@@ -271,7 +271,9 @@ def run_command(args: argparse.Namespace) -> int:
         "fit": None if fitted is None else {**asdict(fitted[0]), "fit_steps": args.fit_steps},
         "summary": {s: {k: asdict(v) for k, v in d.items()} for s, d in summary.items()},
         "runs": {s: [{"seed": r.seed, "steps": len(r.rollouts) - 1, "rollouts": float(r.rollouts[-1]),
-                      "tokens": float(r.tokens[-1])} for r in res] for s, res in results.items()},
+                      "tokens": float(r.tokens[-1]),
+                      "curve": {"rollouts": r.rollouts.tolist(), "tokens": r.tokens.tolist(),
+                                "accuracy": r.accuracy.tolist()}} for r in res] for s, res in results.items()},
     }, indent=1))
     if not args.quiet:
         print(f"curves: {png}\ntable:  {args.out / 'table.md'}")

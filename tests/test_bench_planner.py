@@ -99,3 +99,35 @@ def test_report_names_its_files_by_whether_it_covers_every_run(tmp_path, capsys)
     assert "| 2 |" not in (tmp_path / "table-selection.md").read_text()
     assert "| 2 |" in (tmp_path / "table.md").read_text()
     capsys.readouterr()
+
+
+def test_sim_vs_real_reads_both_kinds_of_results(tmp_path, capsys):
+    import json
+
+    spec = importlib.util.spec_from_file_location("sim_vs_real", Path(__file__).parents[1] / "bench" / "sim_vs_real.py")
+    svr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(svr)
+    # two identical seeds: uniform 0.2 -> 0.3 over 100 tokens; adaptive 0.3 at 50 and 0.35 at 100
+    uni, ad = [[0, 0.2], [100, 0.3]], [[0, 0.2], [50, 0.3], [100, 0.35]]
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "results.json").write_text(json.dumps({"uniform": {"1": {"points": uni}, "2": {"points": uni}},
+                                                   "adaptive": {"1": {"points": ad}, "2": {"points": ad}}}))
+    got = svr.leads(*svr.load(real, "adaptive"))
+    # in units of uniform's gain (0.1): at x 0.25 0.25 - 0.225, at 0.5 0.3 - 0.25, at 1 0.35 - 0.3
+    assert got["gain"] == pytest.approx(0.1) and got["seeds"] == 2
+    assert [m for m, _ in got["leads"].values()] == pytest.approx([0.25, 0.5, 0.5, 0.5])
+    assert got["share"] == pytest.approx(0.5)
+    # a simulator's results.json: its unit (rollouts here) is the x axis, tokens are ignored
+    sim = tmp_path / "sim"
+    sim.mkdir()
+
+    def run(seed, pts):
+        return {"seed": seed, "curve": {"rollouts": [p[0] for p in pts], "tokens": [0.0] * len(pts),
+                                        "accuracy": [p[1] for p in pts]}}
+
+    (sim / "results.json").write_text(json.dumps({"args": {"unit": "rollouts"}, "runs": {
+        "uniform": [run(1, uni), run(2, uni)], "adaptive": [run(1, ad), run(2, ad)]}}))
+    assert [m for m, _ in svr.leads(*svr.load(sim, "adaptive"))["leads"].values()] == pytest.approx([0.25, 0.5, 0.5, 0.5])
+    assert svr.main([str(real), str(sim / "results.json")]) == 0
+    assert "| +0.25 (0.00) | +0.50 (0.00)" in capsys.readouterr().out

@@ -49,10 +49,11 @@ def leads(uni: dict, other: dict) -> dict:
     seeds = sorted(set(uni) & set(other))
     mu = planner.mean_curve(uni, uni, seeds)
     gain = float(mu[-1] - mu[0])
+    per_seed = [(planner.mean_curve(uni, other, [s]) - planner.mean_curve(uni, uni, [s])) / gain for s in seeds]
     rows = {}
     for x in FRACTIONS:
         i = int(round(x * (len(planner.GRID) - 1)))
-        d = [(planner.mean_curve(uni, other, [s])[i] - planner.mean_curve(uni, uni, [s])[i]) / gain for s in seeds]
+        d = [float(c[i]) for c in per_seed]
         rows[x] = (statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan"))
     return {"seeds": len(seeds), "gain": gain, "leads": rows, "share": planner.mean_curve_share(uni, other, reps=200)[0]}
 

@@ -9,6 +9,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -269,7 +270,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     return run
 
 
-def run_eval(run: Run, step: int, save_best: Any = None) -> dict[str, float]:
+def run_eval(run: Run, step: int, save_best: Callable[[int, float], None] | None = None) -> dict[str, float]:
     """Held-out evaluation with the run's engine (which must hold the current weights), counted
     toward the run's best; with eval.save_best a new best's weights are written by `save_best(step,
     accuracy)` (default: this process's policy)."""
@@ -289,12 +290,18 @@ def run_eval(run: Run, step: int, save_best: Any = None) -> dict[str, float]:
     return m
 
 
-def final_eval(run: Run, last_step: int, save_best: Any = None) -> dict[str, float]:
+def final_eval(run: Run, last_step: int, save_best: Callable[[int, float], None] | None = None) -> dict[str, float]:
     """The evaluation after training (eval.at_end): the one already made at `last_step` when
     training stopped right after it (early stopping), else a new one."""
     if run.last_eval is not None and run.last_eval[0] == last_step:
         return run.last_eval[1]
     return run_eval(run, last_step, save_best)
+
+
+def steps_to_train(run: Run, progress: StepProgress) -> range:
+    """The steps the loop runs: none when a resumed run had already stopped early (it says so)."""
+    return range(run.start_step, run.start_step if stopped_early(run, run.start_step, progress)
+                 else run.cfg.train.max_steps)
 
 
 def stopped_early(run: Run, step: int, progress: StepProgress) -> bool:
@@ -472,7 +479,7 @@ def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
-    if run.cfg.eval.at_end and last_step > run.start_step and not run.result.eval_after:
+    if run.cfg.eval.at_end and last_step > run.start_step:  # the async loop's own final evaluation is reused
         run.result.eval_after = final_eval(run, last_step)
     run.tracker.close()
     run.runner.close()
@@ -504,9 +511,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     # ---- the loop: plan -> generate -> reward -> advantages -> update -> new weights to the engine
     progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
     last_step = run.start_step
-    for step in range(run.start_step, cfg.train.max_steps):
-        if stopped_early(run, step, progress):  # a resumed run that had already stopped
-            break
+    for step in steps_to_train(run, progress):
         t0 = time.perf_counter()
         produced = produce_batch(run, step, executor, stream)
 

@@ -47,6 +47,7 @@ from rollwise.loop import (
     run_eval,
     setup,
     step_metrics,
+    steps_to_train,
     stopped_early,
 )
 from rollwise.training.checkpoint import rng_state
@@ -182,11 +183,11 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                                 daemon=True)
     progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
     last_step = run.start_step
-    end = run.start_step if stopped_early(run, run.start_step, progress) else cfg.train.max_steps  # already stopped
-    if end > run.start_step:
+    steps = steps_to_train(run, progress)
+    if steps:
         producer.start()
     try:
-        for step in range(run.start_step, end):
+        for step in steps:
             t0 = time.perf_counter()
             produced = _next_batch(batches, producer)
             waited = time.perf_counter() - t0

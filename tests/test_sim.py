@@ -402,6 +402,8 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "uniform" in out and "mopps:candidate_factor=2" in out and "effective ratio" in out
+    # the default world discounts revisits as real training measured (preregistered, bench/RESULTS.md)
+    assert args.revisit_decay == 0.85 and "revisit decay 0.85" in out
     assert (tmp_path / "curves.png").stat().st_size > 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data["summary"]) == {"uniform", "mopps:candidate_factor=2"}

@@ -152,7 +152,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revisit-decay", type=float, default=d.revisit_decay,
                    help="How much a prompt trained on again still teaches the held-out prompts: its k-th retraining "
                         "counts this to the power k of its signal toward the skill (its own solve rate still "
-                        f"gains in full); 1 = a revisit counts like a new prompt (default {d.revisit_decay}). "
+                        f"gains in full); 1 = a revisit counts like a new prompt. Default {d.revisit_decay}: what real training "
+                        "measured (bench/RESULTS.md). "
                         "Compare planner.revisit_cooldown under it.")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
@@ -254,7 +255,7 @@ def run_command(args: argparse.Namespace) -> int:
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
     small_steps(args, rows, base, results)
     title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
-             + (f"revisit decay {args.revisit_decay}, " if args.revisit_decay != 1.0 else "")
+             + f"revisit decay {args.revisit_decay}, "
              + f"budget {base.budget:,} {args.unit}/step x "
              f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)

@@ -16,6 +16,7 @@ ones. Exploratory: it tells whether the lead and the length go together, not why
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 from pathlib import Path
 
@@ -23,18 +24,16 @@ import numpy as np
 
 from rollwise.tracking import read_metrics
 
+_spec = importlib.util.spec_from_file_location("planner_bench", Path(__file__).parent / "planner.py")
+planner = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(planner)  # type: ignore[union-attr]
+
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 def evals(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(cumulative rollout tokens, accuracy, mean answer length) at each evaluation of a run."""
-    hist = read_metrics(run_dir)
-    tokens_at = {0: 0.0}
-    for h in hist:
-        if "rollout/tokens_total" in h:
-            tokens_at[h["step"]] = h["rollout/tokens_total"]
-    rows = [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"], h["eval/response_len_mean"])
-            for h in hist if "eval/accuracy" in h and "eval/response_len_mean" in h]
+    rows = [r for r in planner.evaluations(read_metrics(run_dir)) if r[2] is not None]
     return tuple(np.array(c, dtype=float) for c in zip(*rows))  # type: ignore[return-value]
 
 
@@ -45,7 +44,7 @@ def runs(folder: Path, arm: str) -> dict[int, Path]:
 
 
 def table(folder: Path, arm: str) -> list[str]:
-    uni, other = runs(folder, "uniform"), runs(folder, arm.replace(":", "+").replace("=", "-"))
+    uni, other = runs(folder, "uniform"), runs(folder, planner.label(arm))
     seeds = sorted(set(uni) & set(other))
     if not seeds:
         raise SystemExit(f"{folder}: no seed with both a finished uniform and a finished {arm} run")

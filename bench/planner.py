@@ -54,20 +54,26 @@ def label(text: str) -> str:
     return text.replace(":", "+").replace("=", "-")
 
 
-def curve(run_dir: Path, max_step: int | None = None) -> dict:
-    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
-    hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
+def evaluations(hist: list[dict]) -> list[tuple[float, float, float | None]]:
+    """(cumulative rollout tokens, held-out accuracy, mean held-out answer length or None) at each
+    evaluation of a run's metrics history."""
     tokens_at = {0: 0.0}
-    eff: list[float] = []
     for h in hist:
         if "rollout/tokens_total" in h:
             tokens_at[h["step"]] = h["rollout/tokens_total"]
-        if "planner/effective_ratio" in h:
-            eff.append(h["planner/effective_ratio"])
-    points = [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"]) for h in hist if "eval/accuracy" in h]
-    lengths = [h["eval/response_len_mean"] for h in hist if "eval/response_len_mean" in h]
-    steps = max(tokens_at)
-    return {"points": points, "steps": steps, "effective_ratio": statistics.mean(eff) if eff else 0.0,
+    return [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"], h.get("eval/response_len_mean"))
+            for h in hist if "eval/accuracy" in h]
+
+
+def curve(run_dir: Path, max_step: int | None = None) -> dict:
+    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
+    hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
+    evals = evaluations(hist)
+    eff = [h["planner/effective_ratio"] for h in hist if "planner/effective_ratio" in h]
+    lengths = [n for _, _, n in evals if n is not None]
+    steps = max([0, *(h["step"] for h in hist if "rollout/tokens_total" in h)])
+    return {"points": [(t, a) for t, a, _ in evals], "steps": steps,
+            "effective_ratio": statistics.mean(eff) if eff else 0.0,
             "answer_length": [lengths[0], lengths[-1]] if lengths else None}
 
 

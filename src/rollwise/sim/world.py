@@ -39,7 +39,8 @@ skill gain when the prompt has been trained on with a signal k times before (its
 delta_i still gains in full): retraining one prompt teaches the held-out prompts less than a
 new one does. r = 1 counts a revisit like a new prompt. The default, 0.85, is what real training
 measured: fitted on the planner bench (pool 200), then tested, preregistered, at a pool of 64
-(bench/preregistered/revisit_decay_pool64.txt), where r = 1 missed by 2.7 standard errors.
+(bench/preregistered/revisit_decay_pool64.txt), where r = 1 missed by 2.7 standard errors, and
+again at 24 steps, where it compounds (revisit_decay_long24.txt: r = 1 missed by 3.0).
 
 With `polarise` = p > 0 a share p of each step's gain G widens the spread of difficulty instead
 of shifting every prompt: the logit is a_i * (theta + ... - kappa * b_i), kappa starts at 1 and

@@ -713,3 +713,37 @@ def test_a_cooldown_as_long_as_the_pool_is_warned_about() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make("uniform", uids=UIDS[:8], pps=4, n=4, revisit_cooldown=1)
+
+
+def test_revisit_discount_scores_a_prompt_trained_k_times_at_d_to_the_k() -> None:
+    pl = make("adaptive", uids=UIDS[:20], pps=2, n=4, revisit_discount=0.5)
+    hist = steps_with_mixed_rewards(pl, 6)
+    counts: dict[str, int] = {}
+    for _, trained in hist:
+        for u in trained:
+            counts[u] = counts.get(u, 0) + 1
+    assert pl.trained_times == counts  # every group was informative, so every trained prompt counts
+    uids = sorted(counts) + [u for u in UIDS[:20] if u not in counts][:1]
+    assert pl.revisit_weights(uids).tolist() == [0.5 ** counts[u] for u in uids[:-1]] + [1.0]
+    again = make("adaptive", uids=UIDS[:20], pps=2, n=4, revisit_discount=0.5)
+    again.load_state_dict(json.loads(json.dumps(pl.state_dict())))
+    assert again.trained_times == pl.trained_times
+    old = {k: v for k, v in pl.state_dict().items() if k != "trained_times"}  # a checkpoint from before the option
+    again.load_state_dict(json.loads(json.dumps(old)))
+    assert again.trained_times == dict.fromkeys(pl.trained_at, 1)
+
+
+def test_revisit_discount_spreads_adaptive_over_more_prompts() -> None:
+    plain = make("adaptive", uids=UIDS[:20], pps=2, n=4)
+    steps_with_mixed_rewards(plain, 30)
+    discounted = make("adaptive", uids=UIDS[:20], pps=2, n=4, revisit_discount=0.1)
+    steps_with_mixed_rewards(discounted, 30)
+    assert max(discounted.trained_times.values()) < max(plain.trained_times.values())
+    assert len(discounted.trained_times) > len(plain.trained_times)
+
+
+def test_revisit_discount_is_refused_where_no_part_reads_it() -> None:
+    with pytest.raises(ValueError, match="revisit_discount=0.5 is read only by planner.selector=posterior"):
+        make("uniform", revisit_discount=0.5)
+    with pytest.raises(ValueError):
+        PlannerConfig(revisit_discount=0)

@@ -378,6 +378,10 @@ class PlannerConfig(_Section):
         "is not selected (0 = no limit, 1 = not in the very next step). Spreads training over more prompts: "
         "without it `adaptive` returns to the same few informative prompts step after step. A pool too small for "
         "it gives back the prompts cooled longest.")
+    revisit_discount: float = Field(
+        1.0, gt=0, le=1, description="Posterior selector: a prompt already trained on with a gradient k times is "
+        "scored at revisit_discount^k of its score (1 = no discount). A soft form of revisit_cooldown: three "
+        "studies found a retrained prompt teaches the held-out items less than a new one (bench/RESULTS.md).")
 
 
 class EvalConfig(_Section):

@@ -63,6 +63,7 @@ class ComposedPlanner:
         self.token_carry = 0.0
         self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
+        self.trained_times: dict[str, int] = {}  # uid -> steps in which it was trained on with a gradient
         self._st: StepState | None = None
         self._metrics: dict[str, Any] = {}
         # set by whoever drives the step: True when observe() is given groups one by one as they
@@ -99,6 +100,12 @@ class ComposedPlanner:
             cooling.sort(key=lambda u: self.trained_at[u])
             out += cooling[: want - len(out)]
         return out
+
+    def revisit_weights(self, uids: list[str]) -> np.ndarray:
+        """planner.revisit_discount^k for each uid, k = the steps it was trained on with a gradient."""
+        d = float(self.cfg.revisit_discount)
+        k = np.fromiter((self.trained_times.get(u, 0) for u in uids), dtype=np.float64, count=len(uids))
+        return d**k
 
     def step_budget(self) -> int:
         """Rollouts this step may spend."""
@@ -203,6 +210,7 @@ class ComposedPlanner:
         again = sum(u in self.trained_at for u in taught)
         for u in taught:
             self.trained_at[u] = st.step
+            self.trained_times[u] = self.trained_times.get(u, 0) + 1
         self._metrics["planner/revisit_share"] = again / len(taught) if taught else 0.0
         self._metrics["planner/prompts_trained"] = float(len(self.trained_at))
         for g in st.groups.values():
@@ -286,6 +294,7 @@ class ComposedPlanner:
             "length_estimate": self.length_estimate,
             "token_carry": self.token_carry,
             "trained_at": dict(self.trained_at),
+            "trained_times": dict(self.trained_times),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -303,3 +312,5 @@ class ComposedPlanner:
         self.length_estimate = float(state["length_estimate"])
         self.token_carry = float(state["token_carry"])
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none
+        # older checkpoints: each prompt trained on counts once
+        self.trained_times = {str(u): int(s) for u, s in state.get("trained_times", dict.fromkeys(self.trained_at, 1)).items()}

@@ -129,7 +129,9 @@ class SkipSelector(Selector):
 
 class PosteriorSelector(Selector):
     """score="target": -(p~ - target)^2 (MoPPS). score="info": the expected GRPO signal
-    [1 - p~^n - (1-p~)^n] * p~(1-p~)^2 (our reading of VADE's information-gain score)."""
+    [1 - p~^n - (1-p~)^n] * p~(1-p~)^2 (our reading of VADE's information-gain score).
+    score="expected": expected_signal averaged over the belief. With planner.revisit_discount = d < 1
+    a prompt trained on k times scores d^k of its score."""
 
     name = "posterior"
 
@@ -147,7 +149,10 @@ class PosteriorSelector(Selector):
             s = pl.estimator.expect(idx, lambda p: expected_signal(p, pl.n), pl.rng)
         else:
             p = pl.estimator.sample(idx, pl.rng)
-            s = informative_value(p, pl.n) if self.score == "info" else -((p - self.cfg.target_solve_rate) ** 2)
+            # target: 1 - (p - target)^2 orders as MoPPS's -(p - target)^2 and is >= 0, so a discount lowers it
+            s = informative_value(p, pl.n) if self.score == "info" else 1.0 - (p - self.cfg.target_solve_rate) ** 2
+        if self.cfg.revisit_discount < 1.0:
+            s = s * pl.revisit_weights(cands)
         keep = stratified_top(cands, s, k) if self.stratify else np.argsort(-s, kind="stable")[:k]
         st.skipped += len(cands) - k
         return [cands[i] for i in sorted(keep)]

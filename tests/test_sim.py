@@ -503,6 +503,11 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert panels["gradient groups on prompts trained before"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups
     assert panels["held-out accuracy"] == ("line", [("", [(0, 0.2)])])  # no best-so-far line before save_best
+    assert "held-out answers cut at the length cap" not in panels  # runs from before eval/truncated_frac
+    hist[0].update({"eval/response_len_mean": 30.0, "eval/truncated_frac": 0.25})
+    cut = {title: data for title, _, data in panels_of(hist)}
+    assert cut["held-out answer length (tokens)"] == [("", [(0, 30.0)])]
+    assert cut["held-out answers cut at the length cap"] == [("", [(0, 0.25)])]
     hist[0].update({"eval/best_accuracy": 0.2})
     hist.append({"step": 2, "eval/accuracy": 0.1, "eval/best_accuracy": 0.2})
     best = {title: data for title, _, data in panels_of(hist)}["held-out accuracy"]

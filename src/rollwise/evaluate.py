@@ -43,6 +43,8 @@ def evaluate(
         "eval/reward_mean": sum(res.rewards) / len(items),
         "eval/items": float(len(items)),
         "eval/response_len_mean": sum(len(o.response_ids) for o in outs) / len(items),
+        # answers cut at max_new_tokens: a run whose answers get shorter may gain accuracy just by finishing them
+        "eval/truncated_frac": sum(o.finish_reason == "length" for o in outs) / len(items),
     }
     if pass_k > 0:
         gen = torch.Generator().manual_seed(seed + 1_000_003)

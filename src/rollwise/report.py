@@ -21,6 +21,10 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         ("held-out accuracy", "line", held_out(evals)),
         ("rollout tokens (cumulative)", "line", [("", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps])]),
     ]
+    for key, title in (("eval/response_len_mean", "held-out answer length (tokens)"),
+                       ("eval/truncated_frac", "held-out answers cut at the length cap")):
+        if any(key in h for h in evals):
+            out.append((title, "line", [("", [(h["step"], h[key]) for h in evals if key in h])]))
     for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier"):
         if any(key in h for h in steps):
             out.append((key, "line", [("", series(key))]))

@@ -1,0 +1,48 @@
+"""evaluate(): the held-out metrics from a stub engine and verifier, counted by hand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from rollwise.engine.hf import GenerationOutput
+from rollwise.evaluate import evaluate
+from rollwise.types import PromptItem
+
+
+class StubEngine:
+    def __init__(self, outs: list[tuple[list[int], str]]):
+        self.outs = outs
+
+    def generate(self, reqs, generator=None):
+        assert all(r.greedy for r in reqs)
+        return [GenerationOutput(ids, [0.0] * len(ids), [0] * len(ids), why) for ids, why in self.outs]
+
+
+class StubRunner:
+    """Scores 1 when the decoded answer equals the item's answer."""
+
+    def score(self, texts, items):
+        parts = [{"correct": float(t == it.answer)} for t, it in zip(texts, items)]
+        return SimpleNamespace(parts=parts, rewards=[p["correct"] for p in parts])
+
+
+class StubTokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(ord("a") + i) for i in ids)
+
+
+def item(uid: str, task: str, answer: str) -> PromptItem:
+    return PromptItem(uid=uid, task=task, question="q", answer=answer)
+
+
+def test_accuracy_lengths_and_truncated_share_per_answer() -> None:
+    items = [item("1", "x", "ab"), item("2", "x", "c"), item("3", "y", "dd"), item("4", "y", "e")]
+    outs = [([0, 1], "stop"), ([2, 2, 2, 2], "length"), ([3, 3], "stop"), ([4, 4, 4, 4], "length")]
+    m = evaluate(StubEngine(outs), items, [[1]] * 4, StubRunner(), "correct", StubTokenizer(), max_new_tokens=4)
+    assert m["eval/accuracy"] == 0.5  # "ab" and "dd" right; the two cut at 4 tokens wrong
+    assert m["eval/accuracy/x"] == 0.5 and m["eval/accuracy/y"] == 0.5
+    assert m["eval/response_len_mean"] == pytest.approx((2 + 4 + 2 + 4) / 4)
+    assert m["eval/truncated_frac"] == 0.5
+    assert m["eval/items"] == 4.0

@@ -131,3 +131,32 @@ def test_sim_vs_real_reads_both_kinds_of_results(tmp_path, capsys):
     assert [m for m, _ in svr.leads(*svr.load(sim, "adaptive"))["leads"].values()] == pytest.approx([0.25, 0.5, 0.5, 0.5])
     assert svr.main([str(real), str(sim / "results.json")]) == 0
     assert "| +0.25 (0.00) | +0.50 (0.00)" in capsys.readouterr().out
+
+
+def test_eval_lengths_compares_two_arms_at_shares_of_the_reference_tokens(tmp_path):
+    import json
+
+    spec = importlib.util.spec_from_file_location("eval_lengths", Path(__file__).parents[1] / "bench" / "eval_lengths.py")
+    el = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(el)
+
+    def run(name, rows):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "curve.json").write_text("{}")
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    # reference: 0 -> 100 tokens, accuracy 0.2 -> 0.4, length 40 -> 20, cut 0.5 -> 0.1
+    run("adaptive-seed1", [{"step": 0, "eval/accuracy": 0.2, "eval/response_len_mean": 40.0, "eval/truncated_frac": 0.5},
+                           {"step": 4, "rollout/tokens_total": 100.0, "eval/accuracy": 0.4,
+                            "eval/response_len_mean": 20.0, "eval/truncated_frac": 0.1}])
+    # the arm reaches 0.5 at 50 tokens and holds it; no cut share logged at its end
+    run("adaptive+revisit_discount-0.7-seed1", [
+        {"step": 0, "eval/accuracy": 0.2, "eval/response_len_mean": 40.0, "eval/truncated_frac": 0.5},
+        {"step": 2, "rollout/tokens_total": 50.0, "eval/accuracy": 0.5, "eval/response_len_mean": 10.0}])
+    lines = el.table(tmp_path, "adaptive:revisit_discount=0.7", against="adaptive")
+    half = next(row for row in lines if row.startswith("| 0.5 |")).split(" | ")
+    assert half[1:4] == ["30.0%", "30.0", "30.0%"]  # the reference at 50 of its 100 tokens
+    assert half[4:7] == ["50.0%", "10.0", "-"]  # the arm at 50 tokens; its cut share is not known there
+    with pytest.raises(SystemExit, match="no seed with both a finished uniform"):
+        el.table(tmp_path, "adaptive")

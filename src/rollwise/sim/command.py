@@ -154,7 +154,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "counts this to the power k of its signal toward the skill (its own solve rate still "
                         f"gains in full); 1 = a revisit counts like a new prompt. Default {d.revisit_decay}: what real training "
                         "measured (bench/RESULTS.md). "
-                        "Compare planner.revisit_cooldown under it.")
+                        "Compare planner.revisit_cooldown and planner.revisit_discount under it.")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "

@@ -19,6 +19,11 @@ A strategy is `name` or `name:key=value:...` (planner config fields), as in `rol
 with 4 prompts x 8 samples a step), its total being uniform's tokens as for every other strategy.
 A run whose curve is already in the output folder is not run again.
 
+Give answers room: add `rollout.max_completion_length=128` (as every study since
+bench/preregistered/planner_cap128.txt does). At the config's default 48-token cap the base
+model's greedy held-out answer is cut on about 40% of items, and about 3 of the points gained
+are learning to finish inside the cap; at 128 tokens 5-7% are cut at step 0.
+
 Writes bench/out/planner/{results.json,curves.png,mean-curves.png,table.md} (with --strategies
 or --seeds in --report: the same names ending in -selection, so a subset never overwrites the
 full report). The table has one row per

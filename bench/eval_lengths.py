@@ -12,7 +12,8 @@ cut at the length cap, at each evaluation; cumulative rollout tokens at each ste
 between evaluations, as bench/planner.py's mean curves), it prints both arms' mean accuracy,
 answer length and cut share over the seeds both ran, and the correlation over seeds of
 (arm - against) in accuracy with (arm - against) in answer length. The answers are capped at
-max_completion_length (48 tokens on the bench) and a cut answer rarely scores, so shorter
+max_completion_length (48 tokens by default; 128 in the studies since
+bench/preregistered/planner_cap128.txt) and a cut answer rarely scores, so shorter
 answers can mean fewer cut ones. Exploratory: it tells whether the lead and the length go
 together, not why.
 """

@@ -747,3 +747,53 @@ def test_revisit_discount_is_refused_where_no_part_reads_it() -> None:
         make("uniform", revisit_discount=0.5)
     with pytest.raises(ValueError):
         PlannerConfig(revisit_discount=0)
+
+
+def steps_with_lengths(pl, steps: int, length_of) -> list[set[str]]:
+    """Steps in which every group is informative and uid u's samples are length_of(u) tokens long;
+    per step the prompts trained on."""
+    out = []
+    for step in range(steps):
+        reqs = pl.begin_step(step)
+        while reqs:
+            reqs = pl.observe([GroupResult(q.uid, [float(k % 2 == 0) for k in range(q.n)], [length_of(q.uid)] * q.n)
+                               for q in reqs])
+        out.append(set(pl.end_step().train))
+    return out
+
+
+def test_length_weights_are_one_over_the_last_mean_length_and_the_mean_for_new_prompts() -> None:
+    pl = make("adaptive", uids=UIDS[:20], pps=2, n=4, score_per_token=True)
+    assert pl.length_weights(["q0", "q1"]).tolist() == [1.0, 1.0]  # nothing rolled out yet
+    reqs = pl.begin_step(0)
+    a, b = reqs[0].uid, reqs[1].uid  # probes of two samples each: all-wrong, so no further round
+    assert [q.n for q in reqs] == [2, 2]
+    assert pl.observe([GroupResult(a, [0.0, 0.0], [10, 30]), GroupResult(b, [0.0, 0.0], [40, 40])]) == []
+    pl.end_step()
+    assert pl.mean_length == {a: 20.0, b: 40.0}
+    new = next(u for u in UIDS[:20] if u not in (a, b))
+    assert pl.length_weights([a, b, new]).tolist() == [1 / 20, 1 / 40, 1 / 30]
+    again = make("adaptive", uids=UIDS[:20], pps=2, n=4, score_per_token=True)
+    again.load_state_dict(json.loads(json.dumps(pl.state_dict())))
+    assert again.mean_length == pl.mean_length
+    old = {k: v for k, v in pl.state_dict().items() if k != "mean_length"}  # a checkpoint from before the option
+    again.load_state_dict(json.loads(json.dumps(old)))
+    assert again.mean_length == {}
+
+
+def test_score_per_token_trains_adaptive_on_the_prompts_answered_briefly() -> None:
+    def length_of(u: str) -> int:
+        return 10 if int(u[1:]) % 2 == 0 else 80
+
+    def short_share(pl) -> float:
+        trained = [u for s in steps_with_lengths(pl, 30, length_of)[5:] for u in s]
+        return sum(length_of(u) == 10 for u in trained) / len(trained)
+
+    plain = short_share(make("adaptive", uids=UIDS[:20], pps=2, n=4))
+    per_token = short_share(make("adaptive", uids=UIDS[:20], pps=2, n=4, score_per_token=True))
+    assert per_token > 0.8 and per_token > plain + 0.2, (plain, per_token)
+
+
+def test_score_per_token_is_refused_where_no_part_reads_it() -> None:
+    with pytest.raises(ValueError, match="score_per_token=True is read only by planner.selector=posterior"):
+        make("uniform", score_per_token=True)

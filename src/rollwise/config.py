@@ -382,6 +382,11 @@ class PlannerConfig(_Section):
         1.0, gt=0, le=1, description="Posterior selector: a prompt already trained on with a gradient k times is "
         "scored at revisit_discount^k of its score (1 = no discount). A soft form of revisit_cooldown: three "
         "studies found a retrained prompt teaches the held-out items less than a new one (bench/RESULTS.md).")
+    score_per_token: bool = Field(
+        False, description="Posterior selector: divide each candidate's score by its expected response length (the "
+        "mean length of its samples when last rolled out; a prompt not yet rolled out gets the mean of those that "
+        "were), so selection ranks by gradient signal per generated token instead of per rollout. Prefers prompts "
+        "the model answers briefly, and so spends fewer tokens a step.")
 
 
 class EvalConfig(_Section):

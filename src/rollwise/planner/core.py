@@ -64,6 +64,7 @@ class ComposedPlanner:
         self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
         self.trained_times: dict[str, int] = {}  # uid -> steps in which it was trained on with a gradient
+        self.mean_length: dict[str, float] = {}  # uid -> mean response length when last rolled out
         self._st: StepState | None = None
         self._metrics: dict[str, Any] = {}
         # set by whoever drives the step: True when observe() is given groups one by one as they
@@ -106,6 +107,16 @@ class ComposedPlanner:
         d = float(self.cfg.revisit_discount)
         k = np.fromiter((self.trained_times.get(u, 0) for u in uids), dtype=np.float64, count=len(uids))
         return d**k
+
+    def length_weights(self, uids: list[str]) -> np.ndarray:
+        """1 / expected response length for each uid (planner.score_per_token): its mean length when
+        last rolled out; a uid never rolled out gets the mean of the others' (all 1 when none was)."""
+        known = [self.mean_length[u] for u in uids if u in self.mean_length]
+        if not known:
+            return np.ones(len(uids))
+        fill = float(np.mean(known))
+        lengths = np.fromiter((self.mean_length.get(u, fill) for u in uids), dtype=np.float64, count=len(uids))
+        return 1.0 / np.maximum(lengths, 1.0)
 
     def step_budget(self) -> int:
         """Rollouts this step may spend."""
@@ -216,6 +227,7 @@ class ComposedPlanner:
         for g in st.groups.values():
             if g.n:
                 self.estimator.update(g.idx, g.successes, g.n)
+                self.mean_length[g.uid] = g.tokens / g.n
         self.estimator.after_step()
         self.selector.after_step(self, st)
         self.allocator.after_step(self, st)
@@ -295,6 +307,7 @@ class ComposedPlanner:
             "token_carry": self.token_carry,
             "trained_at": dict(self.trained_at),
             "trained_times": dict(self.trained_times),
+            "mean_length": dict(self.mean_length),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -314,3 +327,4 @@ class ComposedPlanner:
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none
         # older checkpoints: each prompt trained on counts once
         self.trained_times = {str(u): int(s) for u, s in state.get("trained_times", dict.fromkeys(self.trained_at, 1)).items()}
+        self.mean_length = {str(u): float(v) for u, v in state.get("mean_length", {}).items()}  # older: none

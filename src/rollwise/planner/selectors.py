@@ -131,7 +131,8 @@ class PosteriorSelector(Selector):
     """score="target": -(p~ - target)^2 (MoPPS). score="info": the expected GRPO signal
     [1 - p~^n - (1-p~)^n] * p~(1-p~)^2 (our reading of VADE's information-gain score).
     score="expected": expected_signal averaged over the belief. With planner.revisit_discount = d < 1
-    a prompt trained on k times scores d^k of its score."""
+    a prompt trained on k times scores d^k of its score. With planner.score_per_token the score is
+    divided by the prompt's expected response length (ComposedPlanner.length_weights)."""
 
     name = "posterior"
 
@@ -153,6 +154,8 @@ class PosteriorSelector(Selector):
             s = informative_value(p, pl.n) if self.score == "info" else 1.0 - (p - self.cfg.target_solve_rate) ** 2
         if self.cfg.revisit_discount < 1.0:
             s = s * pl.revisit_weights(cands)
+        if self.cfg.score_per_token:
+            s = s * pl.length_weights(cands)
         keep = stratified_top(cands, s, k) if self.stratify else np.argsort(-s, kind="stable")[:k]
         st.skipped += len(cands) - k
         return [cands[i] for i in sorted(keep)]

@@ -70,7 +70,8 @@ _READERS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     ("estimator", ("two_scale_beta",)): ("vade_fast_decay", "vade_slow_decay", "vade_fast_weight"),
     ("estimator", ("window", "last_visit", "rank")): ("estimator_window",),
     ("estimator", ("irt",)): ("group_prior", "length_prior"),
-    ("selector", ("posterior",)): ("selection_score", "candidate_factor", "stratify", "revisit_discount"),
+    ("selector", ("posterior",)): ("selection_score", "candidate_factor", "stratify", "revisit_discount",
+                                         "score_per_token"),
     ("selector", ("filter",)): ("dapo_max_rounds", "dapo_oversample"),
     ("selector", ("skip",)): tuple(f"greso_{k}" for k in (
         "explore_init", "explore_step", "explore_min", "explore_max", "zero_variance_target", "easy_threshold",

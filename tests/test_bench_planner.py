@@ -160,3 +160,26 @@ def test_eval_lengths_compares_two_arms_at_shares_of_the_reference_tokens(tmp_pa
     assert half[4:7] == ["50.0%", "10.0", "-"]  # the arm at 50 tokens; its cut share is not known there
     with pytest.raises(SystemExit, match="no seed with both a finished uniform"):
         el.table(tmp_path, "adaptive")
+
+
+def test_breadth_pairs_an_arms_prompts_trained_with_its_lead_over_uniform(tmp_path):
+    import json
+
+    spec = importlib.util.spec_from_file_location("breadth", Path(__file__).parents[1] / "bench" / "breadth.py")
+    br = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(br)
+
+    def run(name, rows, finished=True):
+        d = tmp_path / name
+        d.mkdir()
+        if finished:
+            (d / "curve.json").write_text("{}")
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+    run("uniform-seed1", [{"step": 0, "eval/accuracy": 0.2}, {"step": 4, "eval/accuracy": 0.3}])
+    run("adaptive+score_per_token-true-seed1", [{"step": 0, "eval/accuracy": 0.2},
+                                                {"step": 1, "planner/prompts_trained": 3.0},
+                                                {"step": 2, "planner/prompts_trained": 7.0, "eval/accuracy": 0.25}])
+    run("adaptive+score_per_token-true-seed2", [{"step": 0, "eval/accuracy": 0.2}], finished=False)
+    (seed, trained, lead), = br.leads(tmp_path, "adaptive:score_per_token=true")
+    assert (seed, trained) == ("1", 7.0) and lead == pytest.approx(-5.0)

@@ -1,0 +1,61 @@
+"""Does an arm's lead over uniform go with how many prompts it trained on? (exploratory)
+
+    .venv/bin/python bench/breadth.py bench/out/per_token_cap128:adaptive:score_per_token=true \\
+        bench/out/discount_cap128:adaptive:revisit_discount=0.7 bench/out/planner_cap128:adaptive
+
+Each argument is a bench/planner.py output folder and an arm in it (as given to --strategies).
+For every seed where both the arm's run and uniform's have finished, it prints the prompts the
+arm trained on with a gradient (planner/prompts_trained at its last step) and its final held-out
+accuracy minus uniform's (points), then the correlation over all the pairs given. Seeds shared
+between folders count once per folder, so the pairs are not independent.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from rollwise.tracking import read_metrics
+
+
+def final(run: Path) -> tuple[float, float]:
+    """(last eval/accuracy, last planner/prompts_trained) of a finished run."""
+    recs = list(read_metrics(run))
+    acc = [r["eval/accuracy"] for r in recs if "eval/accuracy" in r]
+    trained = [r["planner/prompts_trained"] for r in recs if "planner/prompts_trained" in r]
+    return acc[-1], trained[-1] if trained else 0.0
+
+
+def leads(folder: Path, arm: str) -> list[tuple[str, float, float]]:
+    """(seed, prompts trained, final - uniform in points) for each seed of `arm` in `folder` where
+    both its run and uniform's have finished."""
+    name = arm.replace(":", "+").replace("=", "-")  # bench/planner.py's folder name for the arm
+    out = []
+    for run in sorted(folder.glob(f"{name}-seed*")):
+        seed = run.name.rsplit("-seed", 1)[1]
+        uni = folder / f"uniform-seed{seed}"
+        if (run / "curve.json").exists() and (uni / "curve.json").exists():
+            acc, trained = final(run)
+            out.append((seed, trained, 100 * (acc - final(uni)[0])))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("pairs", nargs="+", metavar="OUT:ARM")
+    args = ap.parse_args()
+    xs, ys = [], []
+    for pair in args.pairs:
+        folder, arm = pair.split(":", 1)
+        for seed, trained, lead in leads(Path(folder), arm):
+            xs.append(trained)
+            ys.append(lead)
+            print(f"{folder} {arm} seed {seed}: {trained:.0f} prompts trained, final - uniform {lead:+.2f}")
+    if len(xs) > 2:
+        print(f"{len(xs)} pairs: correlation of prompts trained with final - uniform r = {np.corrcoef(xs, ys)[0, 1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,11 +13,16 @@ between folders count once per folder, so the pairs are not independent.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from rollwise.tracking import read_metrics
+
+_spec = importlib.util.spec_from_file_location("eval_lengths", Path(__file__).parent / "eval_lengths.py")
+eval_lengths = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(eval_lengths)  # type: ignore[union-attr]
 
 
 def final(run: Path) -> tuple[float, float]:
@@ -31,14 +36,12 @@ def final(run: Path) -> tuple[float, float]:
 def leads(folder: Path, arm: str) -> list[tuple[str, float, float]]:
     """(seed, prompts trained, final - uniform in points) for each seed of `arm` in `folder` where
     both its run and uniform's have finished."""
-    name = arm.replace(":", "+").replace("=", "-")  # bench/planner.py's folder name for the arm
+    uni = eval_lengths.runs(folder, "uniform")
     out = []
-    for run in sorted(folder.glob(f"{name}-seed*")):
-        seed = run.name.rsplit("-seed", 1)[1]
-        uni = folder / f"uniform-seed{seed}"
-        if (run / "curve.json").exists() and (uni / "curve.json").exists():
+    for seed, run in sorted(eval_lengths.runs(folder, eval_lengths.planner.label(arm)).items()):
+        if seed in uni:
             acc, trained = final(run)
-            out.append((seed, trained, 100 * (acc - final(uni)[0])))
+            out.append((str(seed), trained, 100 * (acc - final(uni[seed])[0])))
     return out
 
 

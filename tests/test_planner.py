@@ -656,15 +656,16 @@ def test_screen_next_step_carries_only_what_the_budget_holds() -> None:
     assert [(q.uid, q.n) for q in pl.begin_step(1)][0] == ("d", 4)
 
 
-def steps_with_mixed_rewards(pl, steps: int) -> list[tuple[set[str], set[str]]]:
-    """Run `steps` steps in which every group is informative (rewards alternate 1, 0, ...); per step
-    the prompts requested and the prompts trained on."""
+def steps_with_mixed_rewards(pl, steps: int, length_of=lambda uid: 10) -> list[tuple[set[str], set[str]]]:
+    """Run `steps` steps in which every group is informative (rewards alternate 1, 0, ...) and uid u's
+    samples are length_of(u) tokens long; per step the prompts requested and the prompts trained on."""
     out = []
     for step in range(steps):
         reqs, asked = pl.begin_step(step), set()
         while reqs:
             asked |= {q.uid for q in reqs}
-            reqs = pl.observe([GroupResult(q.uid, [float(k % 2 == 0) for k in range(q.n)], [10] * q.n) for q in reqs])
+            reqs = pl.observe([GroupResult(q.uid, [float(k % 2 == 0) for k in range(q.n)], [length_of(q.uid)] * q.n)
+                               for q in reqs])
         out.append((asked, set(pl.end_step().train)))
     return out
 
@@ -749,19 +750,6 @@ def test_revisit_discount_is_refused_where_no_part_reads_it() -> None:
         PlannerConfig(revisit_discount=0)
 
 
-def steps_with_lengths(pl, steps: int, length_of) -> list[set[str]]:
-    """Steps in which every group is informative and uid u's samples are length_of(u) tokens long;
-    per step the prompts trained on."""
-    out = []
-    for step in range(steps):
-        reqs = pl.begin_step(step)
-        while reqs:
-            reqs = pl.observe([GroupResult(q.uid, [float(k % 2 == 0) for k in range(q.n)], [length_of(q.uid)] * q.n)
-                               for q in reqs])
-        out.append(set(pl.end_step().train))
-    return out
-
-
 def test_length_weights_are_one_over_the_last_mean_length_and_the_mean_for_new_prompts() -> None:
     pl = make("adaptive", uids=UIDS[:20], pps=2, n=4, score_per_token=True)
     assert pl.length_weights(["q0", "q1"]).tolist() == [1.0, 1.0]  # nothing rolled out yet
@@ -786,7 +774,7 @@ def test_score_per_token_trains_adaptive_on_the_prompts_answered_briefly() -> No
         return 10 if int(u[1:]) % 2 == 0 else 80
 
     def short_share(pl) -> float:
-        trained = [u for s in steps_with_lengths(pl, 30, length_of)[5:] for u in s]
+        trained = [u for _, s in steps_with_mixed_rewards(pl, 30, length_of)[5:] for u in s]
         return sum(length_of(u) == 10 for u in trained) / len(trained)
 
     plain = short_share(make("adaptive", uids=UIDS[:20], pps=2, n=4))

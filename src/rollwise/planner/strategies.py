@@ -71,7 +71,7 @@ _READERS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     ("estimator", ("window", "last_visit", "rank")): ("estimator_window",),
     ("estimator", ("irt",)): ("group_prior", "length_prior"),
     ("selector", ("posterior",)): ("selection_score", "candidate_factor", "stratify", "revisit_discount",
-                                         "score_per_token"),
+                                   "score_per_token"),
     ("selector", ("filter",)): ("dapo_max_rounds", "dapo_oversample"),
     ("selector", ("skip",)): tuple(f"greso_{k}" for k in (
         "explore_init", "explore_step", "explore_min", "explore_max", "zero_variance_target", "easy_threshold",

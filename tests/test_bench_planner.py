@@ -183,3 +183,17 @@ def test_breadth_pairs_an_arms_prompts_trained_with_its_lead_over_uniform(tmp_pa
     run("adaptive+score_per_token-true-seed2", [{"step": 0, "eval/accuracy": 0.2}], finished=False)
     (seed, trained, lead), = br.leads(tmp_path, "adaptive:score_per_token=true")
     assert (seed, trained) == ("1", 7.0) and lead == pytest.approx(-5.0)
+
+
+def test_breadth_cut_shares_average_training_steps_1_to_6_and_take_the_last_evaluation(tmp_path):
+    spec = importlib.util.spec_from_file_location("breadth", Path(__file__).parents[1] / "bench" / "breadth.py")
+    br = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(br)
+    import json
+
+    rows = [{"step": 0, "eval/accuracy": 0.2, "eval/truncated_frac": 0.5}]
+    rows += [{"step": s, "rollout/truncated_frac": 0.1 * s} for s in range(1, 9)]  # steps 7-8 not counted
+    rows += [{"step": 8, "eval/accuracy": 0.3, "eval/truncated_frac": 0.25}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    early, held = br.cuts(tmp_path)
+    assert early == pytest.approx(0.35) and held == 0.25

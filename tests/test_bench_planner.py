@@ -197,3 +197,17 @@ def test_breadth_cut_shares_average_training_steps_1_to_6_and_take_the_last_eval
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     early, held = br.cuts(tmp_path)
     assert early == pytest.approx(0.35) and held == 0.25
+
+
+def test_share_to_uniforms_peak_and_uniforms_gain():
+    # uniform rises 0.2 -> 0.4 at half its tokens, then falls back to 0.3: the peak bar is 0.4
+    uni = runs(s1=[(0, 0.2), (50, 0.4), (100, 0.3)], s2=[(0, 0.2), (100, 0.4), (200, 0.3)])
+    other = runs(s1=[(0, 0.2), (100, 0.45)], s2=[(0, 0.2), (200, 0.45)])  # 0.2 + 0.25x
+    assert planner.mean_curve_share(uni, other, reps=20)[0] == pytest.approx(0.1 / 0.25)  # to 0.3
+    assert planner.mean_curve_share(uni, other, reps=20, target="best")[0] == pytest.approx(0.2 / 0.25)  # to 0.4
+    gain, se = planner.uniform_gain(uni)
+    assert gain == pytest.approx(0.1) and se == pytest.approx(0.0)
+    rows = planner.against_best(uni, {"uniform": uni, "x": other})
+    assert rows[0].startswith("Uniform's gain over its start: +10.0 points (SE 0.0) over 2 seeds")
+    assert "peaks at 40.0% (share 0.50), ends at 30.0%" in rows[0]
+    assert rows[-1].startswith("| x | 0.80 [")

@@ -177,6 +177,11 @@ def run(args: argparse.Namespace, out: Path) -> None:
             print(json.dumps(c), flush=True)
 
 
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    """The mean of xs and its standard error over them (nan for a single value)."""
+    return statistics.mean(xs), statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+
+
 def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
     """'| strategy | n | final - uniform (SE) | ahead on | share median | share <= 0.5 on | mean-curve share |'
     cells."""
@@ -184,23 +189,21 @@ def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
     if not both:
         return None
     diff = [seeds[s]["points"][-1][1] - uni[s]["points"][-1][1] for s in both]
-    se = statistics.stdev(diff) / len(diff) ** 0.5 if len(diff) > 1 else float("nan")
+    mean_diff, se = mean_se(diff)
     shares = []
     for s in both:
         t = tokens_to_reach(seeds[s]["points"], uni[s]["points"][-1][1])
         shares.append(float("inf") if t is None else t / uni[s]["points"][-1][0])
     med = statistics.median(shares)
     mc, lo, hi, _ = mean_curve_share(uni, seeds)
-    return (f"{len(both)} | {statistics.mean(diff) * 100:+.1f} ({se * 100:.1f}) | {sum(d > 0 for d in diff)} of {len(both)} "
+    return (f"{len(both)} | {mean_diff * 100:+.1f} ({se * 100:.1f}) | {sum(d > 0 for d in diff)} of {len(both)} "
             f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} "
             f"| {fmt_share(mc)} [{fmt_share(lo)}, {fmt_share(hi)}] |")
 
 
 def uniform_gain(uni: dict[int, dict]) -> tuple[float, float]:
     """Uniform's mean gain, final minus start accuracy, over its seeds, with its SE (nan for one seed)."""
-    gain = [r["points"][-1][1] - r["points"][0][1] for r in uni.values()]
-    se = statistics.stdev(gain) / len(gain) ** 0.5 if len(gain) > 1 else float("nan")
-    return statistics.mean(gain), se
+    return mean_se([r["points"][-1][1] - r["points"][0][1] for r in uni.values()])
 
 
 def against_best(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list[str]:

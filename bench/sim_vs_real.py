@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import statistics
 from pathlib import Path
 
 _spec = importlib.util.spec_from_file_location("planner_bench", Path(__file__).parent / "planner.py")
@@ -54,7 +53,7 @@ def leads(uni: dict, other: dict) -> dict:
     for x in FRACTIONS:
         i = int(round(x * (len(planner.GRID) - 1)))
         d = [float(c[i]) for c in per_seed]
-        rows[x] = (statistics.mean(d), statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else float("nan"))
+        rows[x] = planner.mean_se(d)
     return {"seeds": len(seeds), "gain": gain, "leads": rows, "share": planner.mean_curve_share(uni, other, reps=200)[0]}
 
 

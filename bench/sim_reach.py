@@ -18,7 +18,7 @@ decay 0.85 unless --revisit-decay is given). Per cell it prints:
   what uniform does would score about 1. Below 1 means the oracle also picks better-than-average
   prompts; above 1 means revisits teach less (revisit decay < 1).
 
-    .venv/bin/python bench/sim_reach.py                         # 4 x 4 worlds, 10 seeds, about 80 s on 2 cores
+    .venv/bin/python bench/sim_reach.py --seeds 20              # 4 x 4 worlds, 160 s on 2 cores
     .venv/bin/python bench/sim_reach.py --revisit-decay 1 --seeds 20 --law saturating
 
 The runs are `rollwise simulate`'s (`run_one`), with the same shares as its table.
@@ -39,7 +39,8 @@ from rollwise.sim.report import first_reach
 from rollwise.sim.runner import RunResult, RunSpec, run_one
 from rollwise.sim.world import SimParams
 
-ARMS = ["uniform", "adaptive", "adaptive:estimator=oracle"]
+PLANNERS = {"adaptive": "adaptive", "oracle": "adaptive:estimator=oracle"}  # label -> strategy, each against uniform
+ARMS = ["uniform", *PLANNERS.values()]
 
 
 def spec_for(unsolvable: float, sd: float, arm: str, seed: int, decay: float, law: str = "signal") -> RunSpec:
@@ -56,6 +57,11 @@ def run(job: tuple[float, float, str, int, float, str]) -> tuple[tuple[float, fl
 def shares(runs: dict[int, RunResult], base: dict[int, RunResult]) -> np.ndarray:
     """Per seed: rollouts to reach uniform's final accuracy (same seed), as a share of the budget; NaN if never."""
     return np.array([first_reach(r, "rollouts", float(base[s].accuracy[-1])) / r.budget_total for s, r in runs.items()])
+
+
+def effective(r: RunResult) -> float:
+    """Share of the generated rollouts in groups with a gradient."""
+    return r.effective / max(r.generated, 1)
 
 
 def meets_target(share: np.ndarray, effective: float) -> bool:
@@ -95,16 +101,16 @@ def main() -> None:
         base = per["uniform"]
         start = np.mean([r.accuracy[0] for r in base.values()])
         final = np.mean([r.accuracy[-1] for r in base.values()])
-        waste = 1 - np.mean([r.effective / max(r.generated, 1) for r in base.values()])
-        cells, met, oracle = [], [], float("nan")
-        for arm in ARMS[1:]:
+        waste = 1 - np.mean([effective(r) for r in base.values()])
+        cells, met, mean_share = [], [], {}
+        for name, arm in PLANNERS.items():
             sh = shares(per[arm], base)
-            eff = np.mean([r.effective / max(r.generated, 1) for r in per[arm].values()])
+            eff = np.mean([effective(r) for r in per[arm].values()])
             cells.append(f"{share_text(sh)} ({eff:.2f})")
-            if arm != "adaptive":
-                oracle = float(sh.mean())
+            mean_share[name] = float(sh.mean())
             if meets_target(sh, eff):
-                met.append("adaptive" if arm == "adaptive" else "oracle")
+                met.append(name)
+        oracle = mean_share["oracle"]
         print(f"| {u:g} | {sd:g} | {start:.2f} -> {final:.2f}, {waste:.2f} | {cells[0]} | {cells[1]} | "
               f"{', '.join(met) or 'none'} | {oracle / (1 - waste):.2f} |")
         ratios.append(oracle / (1 - waste))

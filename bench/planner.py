@@ -166,7 +166,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
                 f"run.seed={seed}", *stop, f"data.eval_size={args.eval_size}",
                 f"data.train_size={args.train_size}", "run.save_every=0", f"run.output_dir={out}",
                 f"run.name={run_name}", "run.progress=false",
-                *([f"run.torch_threads={args.threads}"] if args.threads else []), *args.overrides,
+                *([f"run.torch_threads={args.threads}"] if args.threads else []),
+                *[o.replace("{seed}", str(seed)) for o in args.overrides],
             ])
             train(cfg, quiet=True)
             c = curve(out / run_name)
@@ -378,7 +379,8 @@ def main() -> int:
                     help="--report: strategies to pair the others with as well, besides uniform")
     ap.add_argument("--also", nargs="+", type=Path, default=None,
                     help="--report: more output folders whose finished runs join the table (written under --out)")
-    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run")
+    ap.add_argument("overrides", nargs="*", help="extra KEY=VALUE config overrides for every run; {seed} in one "
+                    "becomes the run's seed (planner.prior_counts=bench/out/pool_rates/seed{seed}.jsonl)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -273,7 +273,7 @@ def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> No
     from rollwise.planner.strategies import PART_OPTIONS
 
     general = {"strategy", "estimator", "selector", "allocator", "repair", "budget_rollouts", "budget_tokens",
-               "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema", "revisit_cooldown"}
+               "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema", "revisit_cooldown", "prior_counts"}
     assert set(PlannerConfig.model_fields) == general | set(PART_OPTIONS)
 
 

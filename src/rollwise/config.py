@@ -387,6 +387,12 @@ class PlannerConfig(_Section):
         "mean length of its samples when last rolled out; a prompt not yet rolled out gets the mean of those that "
         "were), so selection ranks by gradient signal per generated token instead of per rollout. Prefers prompts "
         "the model answers briefly, and so spends fewer tokens a step.")
+    prior_counts: str | None = Field(
+        None, description="Path to a JSONL file of solve counts measured before training, one row per prompt: "
+        '{"uid": ..., "successes": S, "samples": N} (bench/pool_rates.py writes one for a run\'s pool). The '
+        "planner's estimator starts as if each listed prompt had been rolled out N times with S correct; those "
+        "rollouts are not counted in the run's budget. Rows for prompts outside the pool are ignored; a file "
+        "with none in the pool is an error.")
 
 
 class EvalConfig(_Section):

@@ -35,6 +35,7 @@ from rollwise.planner.core import ComposedPlanner
 from rollwise.planner.estimators import make_estimator
 from rollwise.planner.repair import make_repair
 from rollwise.planner.selectors import SELECTORS, Selector, make_selector
+from rollwise.planner.warm import read_prior_counts, warm_start
 
 PRESETS: dict[str, dict[str, Any]] = {
     "uniform": {"estimator": "window", "selector": "all", "allocator": "fixed", "repair": "none"},
@@ -135,6 +136,12 @@ def make_planner(
         cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})
     size = len(uids)
     est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids), prompt_lengths)
+    if cfg.prior_counts:
+        sel_name, alloc_name = cfg.selector or preset["selector"], cfg.allocator or preset["allocator"]
+        if sel_name == "all" and alloc_name == "fixed":
+            raise ValueError(f"planner.prior_counts is read by a planner that chooses from its beliefs; strategy "
+                             f"'{cfg.strategy}' (selector all, allocator fixed) never reads them (drop prior_counts)")
+        warm_start(est, {u: i for i, u in enumerate(uids)}, read_prior_counts(cfg.prior_counts), cfg.prior_counts)
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),
                         stratify)

@@ -17,6 +17,9 @@ minus uniform's in units of uniform's gain (paired by seed, with its SE). The wo
     .venv/bin/python bench/sim_prior.py --seeds 40 -- --fit bench/out/screen_all_cap48/uniform-seed14{1..9} \
         bench/out/screen_all_cap48/uniform-seed150 --pool 64 --steps 12 --eval-size 400
     .venv/bin/python bench/sim_prior.py --seeds 20          # the default world (1024 prompts, 150 steps)
+
+`--measured bench/out/pool_rates/seed*.jsonl` first prints the measured pools' counts beside the
+simulated world's step-0 counts, a check of the world's spread of solve rates.
 """
 
 from __future__ import annotations
@@ -46,10 +49,40 @@ def counts_file(spec: RunSpec, samples: int, folder: Path) -> str:
     return str(path)
 
 
+BINS = [(0, 0), (1, 1), (2, 3), (4, 7), (8, 16)]  # correct of 16; scaled to other --samples
+
+
+def histogram(counts: np.ndarray, samples: int) -> list[float]:
+    """Share of prompts in each of BINS (bin edges scaled from 16 to `samples` draws)."""
+    edges = [(round(lo * samples / 16), round(hi * samples / 16)) for lo, hi in BINS]
+    return [float(np.mean((counts >= lo) & (counts <= hi))) for lo, hi in edges]
+
+
+def compare_counts(base: RunSpec, seeds: int, samples: int, files: list[Path]) -> None:
+    """The measured pools' counts beside those the simulated world draws at step 0."""
+    measured = np.array([json.loads(line)["successes"] for f in files for line in f.read_text().splitlines() if line])
+    sims = []
+    for seed in range(seeds):
+        w = World(base.params, seed, base.prompts_per_step, base.num_generations)
+        p = w.solve_rate(np.arange(base.params.n_train))
+        sims.append(np.random.default_rng([seed, 4217]).binomial(samples, p))
+    sim = np.concatenate(sims)
+    head = " | ".join(f"{lo}-{hi}" if lo != hi else f"{lo}" for lo, hi in BINS)
+    print(f"Step-0 counts correct of {samples} (bins for 16), share of prompts:\n\n| | mean rate | {head} |\n"
+          f"|---|---|{'---|' * len(BINS)}")
+    for name, c in ((f"measured ({len(files)} pools, {len(measured)} prompts)", measured),
+                    (f"simulated ({seeds} worlds)", sim)):
+        print(f"| {name} | {c.mean() / samples:.3f} | " + " | ".join(f"{x:.2f}" for x in histogram(c, samples)) + " |")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--samples", type=int, default=16, help="draws per prompt behind the warm start")
+    ap.add_argument("--measured", type=Path, nargs="*", default=[],
+                    help="bench/pool_rates.py files (with --samples draws each) to set beside the simulated world's "
+                    "step-0 counts: a check of the world's spread of solve rates")
     ap.add_argument("world", nargs=argparse.REMAINDER, help="-- then `rollwise simulate` world flags")
     args = ap.parse_args()
     sim = argparse.ArgumentParser()
@@ -63,6 +96,8 @@ def main() -> None:
     rows = {"uniform": ("uniform", {}), "adaptive": ("adaptive", {}),
             f"adaptive, step-0 counts of {args.samples}": ("adaptive", {"prior_counts": None}),
             "adaptive:estimator=oracle": ("adaptive", {"estimator": "oracle"})}
+    if args.measured:
+        compare_counts(base, args.seeds, args.samples, args.measured)
     res: dict[str, dict[int, RunResult]] = {}
     for label, (name, over) in rows.items():
         res[label] = {}

@@ -273,12 +273,32 @@ def test_stratified_selection_keeps_the_mixture() -> None:
 
     cands = ["a:0", "a:1", "a:2", "a:3", "a:4", "a:5", "b:0", "b:1", "c:0", "c:1"]
     score = np.array([9, 8, 7, 6, 5, 4, 1, 0, 3, 2], dtype=float)
-    # k=5 over shares 6:2:2 -> quotas 3, 1, 1; the best of each task
-    assert sorted(stratified_top(cands, score, 5).tolist()) == [0, 1, 2, 6, 8]
+    rng = np.random.default_rng(0)
+    # k=5 over shares 6:2:2 -> quotas 3, 1, 1 exactly; the best of each task
+    assert sorted(stratified_top(cands, score, 5, rng).tolist()) == [0, 1, 2, 6, 8]
     # unstratified top-5 would take five prompts of task a
     assert sorted(np.argsort(-score)[:5].tolist()) == [0, 1, 2, 3, 4]
-    # k=3: exact 1.8, .6, .6 -> floors 1, 0, 0; the two largest remainders (a .8, then b .6) get one more
-    assert sorted(stratified_top(cands, score, 3).tolist()) == [0, 1, 6]
+    # k=3: exact 1.8, .6, .6 -> floors 1, 0, 0, and two more to share: a's second prompt with
+    # probability .8, b's and c's first with .6 each; always the best prompts of the task
+    seen = [sorted(stratified_top(cands, score, 3, rng).tolist()) for _ in range(4000)]
+    assert {tuple(x) for x in seen} == {(0, 1, 6), (0, 1, 8), (0, 6, 8)}
+    assert np.mean([1 in x for x in seen]) == pytest.approx(0.8, abs=0.03)
+    assert np.mean([6 in x for x in seen]) == pytest.approx(0.6, abs=0.03)
+
+
+def test_apportion_gives_each_task_its_exact_share_on_average() -> None:
+    from rollwise.planner.selectors import apportion
+
+    rng = np.random.default_rng(1)
+    # a pool of 64 prompts scored whole every step: 13, 13, 13, 13 and 12 candidates, 8 picks.
+    # Largest remainders gave the 12-candidate task 1 prompt every step (12.5%) and three of the
+    # others 2 by name; its share is 8 * 12 / 64 = 1.5 prompts
+    exact = np.array([13, 13, 13, 13, 12]) * 8 / 64
+    quotas = np.array([apportion(exact, rng) for _ in range(8000)])
+    assert (quotas.sum(axis=1) == 8).all()
+    assert set(np.unique(quotas)) == {1, 2}  # floor or one more
+    assert quotas.mean(axis=0) == pytest.approx(exact, abs=0.03)
+    assert apportion(np.array([3.0, 1.0, 1.0]), rng).tolist() == [3, 1, 1]  # whole shares: no draw
 
 
 def test_adaptive_stratifies_by_task_and_mopps_does_not() -> None:

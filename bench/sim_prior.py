@@ -38,14 +38,19 @@ from rollwise.sim.runner import RunResult, RunSpec, default_budget, run_one
 from rollwise.sim.world import World
 
 
-def counts_file(spec: RunSpec, samples: int, folder: Path) -> str:
-    """A prior_counts file for spec's world and seed: Binomial(samples, true step-0 solve rate) per prompt."""
+def step0_counts(spec: RunSpec, samples: int) -> tuple[list[str], np.ndarray]:
+    """spec's world's training uids and, per prompt, Binomial(samples, its true step-0 solve rate)."""
     w = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
     p = w.solve_rate(np.arange(spec.params.n_train))
-    s = np.random.default_rng([spec.seed, 4217]).binomial(samples, p)
+    return w.train_uids, np.random.default_rng([spec.seed, 4217]).binomial(samples, p)
+
+
+def counts_file(spec: RunSpec, samples: int, folder: Path) -> str:
+    """A prior_counts file of spec's world and seed (step0_counts)."""
+    uids, s = step0_counts(spec, samples)
     path = folder / f"seed{spec.seed}.jsonl"
     path.write_text("".join(json.dumps({"uid": u, "successes": int(k), "samples": samples}) + "\n"
-                            for u, k in zip(w.train_uids, s)))
+                            for u, k in zip(uids, s)))
     return str(path)
 
 
@@ -61,12 +66,7 @@ def histogram(counts: np.ndarray, samples: int) -> list[float]:
 def compare_counts(base: RunSpec, seeds: int, samples: int, files: list[Path]) -> None:
     """The measured pools' counts beside those the simulated world draws at step 0."""
     measured = np.array([json.loads(line)["successes"] for f in files for line in f.read_text().splitlines() if line])
-    sims = []
-    for seed in range(seeds):
-        w = World(base.params, seed, base.prompts_per_step, base.num_generations)
-        p = w.solve_rate(np.arange(base.params.n_train))
-        sims.append(np.random.default_rng([seed, 4217]).binomial(samples, p))
-    sim = np.concatenate(sims)
+    sim = np.concatenate([step0_counts(replace(base, seed=seed), samples)[1] for seed in range(seeds)])
     head = " | ".join(f"{lo}-{hi}" if lo != hi else f"{lo}" for lo, hi in BINS)
     print(f"Step-0 counts correct of {samples} (bins for 16), share of prompts:\n\n| | mean rate | {head} |\n"
           f"|---|---|{'---|' * len(BINS)}")

@@ -101,6 +101,9 @@ def unused_options(cfg: Any) -> str:
         if used not in names:
             return (f"planner.{key}={value} is read only by planner.{part}={' or '.join(names)}; strategy "
                     f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
+    if cfg.prior_counts and (cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")) == ("all", "fixed"):
+        return (f"planner.prior_counts is read by a planner that chooses from its beliefs; strategy "
+                f"'{cfg.strategy}' (selector all, allocator fixed) never reads them (drop prior_counts)")
     score = cfg.selection_score or preset.get("score", "target")
     if cfg.target_solve_rate != fields["target_solve_rate"].default and score != "target":
         return (f"planner.target_solve_rate={cfg.target_solve_rate} is read only with planner.selection_score="
@@ -137,10 +140,6 @@ def make_planner(
     size = len(uids)
     est = make_estimator(cfg.estimator or preset["estimator"], size, cfg, list(uids), prompt_lengths)
     if cfg.prior_counts:
-        sel_name, alloc_name = cfg.selector or preset["selector"], cfg.allocator or preset["allocator"]
-        if sel_name == "all" and alloc_name == "fixed":
-            raise ValueError(f"planner.prior_counts is read by a planner that chooses from its beliefs; strategy "
-                             f"'{cfg.strategy}' (selector all, allocator fixed) never reads them (drop prior_counts)")
         warm_start(est, {u: i for i, u in enumerate(uids)}, read_prior_counts(cfg.prior_counts), cfg.prior_counts)
     stratify = preset.get("stratify", False) if cfg.stratify is None else cfg.stratify
     sel = make_selector(cfg.selector or preset["selector"], size, cfg, cfg.selection_score or preset.get("score", "target"),

@@ -147,6 +147,18 @@ def test_every_planner_strategy_trains_and_resumes(tiny_model_dir, tmp_path, str
     assert all("planner/effective_ratio" in r for r in lines)
 
 
+def test_a_resume_takes_the_belief_from_the_checkpoint_not_prior_counts(tiny_model_dir, tmp_path):
+    """The counts file shapes the start only: a resumed run must not need it (it may have moved)."""
+    counts = tmp_path / "counts.jsonl"
+    counts.write_text("".join(json.dumps({"uid": f"chain_sum:train:{i}", "successes": i % 3, "samples": 2}) + "\n"
+                              for i in range(40)))
+    extra = ["eval.at_start=false", "eval.at_end=false", f"planner.prior_counts={counts}"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "warm", 2, extra)]) == 0
+    counts.unlink()
+    assert main(["train", "--resume", str(tmp_path / "warm"), "train.max_steps=3"]) == 0
+    assert [r["step"] for r in _train_lines(tmp_path / "warm")] == [1, 2, 3]
+
+
 def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
     extra = ["model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.05", "eval.at_start=false"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "lora", 2, extra)]) == 0

@@ -86,8 +86,25 @@ def test_missing_file_other_data_and_uniform_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="none of the 1 uids"):
         make(other)
     ok = write(tmp_path / "c.jsonl", [{"uid": "t:1", "successes": 1, "samples": 2}])
-    with pytest.raises(ValueError, match="never reads them"):
+    with pytest.raises(ValueError, match="decides without it"):
         make(ok, strategy="uniform")
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "dapo", "greso", "dars", "ar3po"])
+def test_strategies_that_never_read_the_belief_reject_counts(tmp_path: Path, strategy: str) -> None:
+    """Their selectors and allocators keep their own counts (or none), so the counts would be ignored."""
+    ok = write(tmp_path / "c.jsonl", [{"uid": "t:1", "successes": 1, "samples": 2}])
+    with pytest.raises(ValueError, match=f"strategy '{strategy}'.*decides without it"):
+        make(ok, strategy=strategy)
+
+
+@pytest.mark.parametrize("strategy,part", [("mopps", {}), ("vade", {}), ("knapsack", {}), ("e3", {}),
+                                           ("adaptive", {}), ("dapo", {"allocator": "knapsack"}),
+                                           ("uniform", {"selector": "posterior"})])
+def test_a_part_that_reads_the_belief_accepts_counts(tmp_path: Path, strategy: str, part: dict) -> None:
+    ok = write(tmp_path / "c.jsonl", [{"uid": "t:1", "successes": 1, "samples": 2}])
+    pl = make(ok, strategy=strategy, **part)
+    assert pl.estimator.count(pl.indices(["t:1"]))[0] > 0
 
 
 def test_config_option_by_its_cli_name(tmp_path: Path) -> None:

@@ -285,16 +285,17 @@ class PlannerConfig(_Section):
         None, gt=0, description="Response tokens per step instead of a rollout budget (overshoot carried to the next step)."
     )
     min_samples_per_prompt: int | None = Field(
-        None, gt=0, description="Fewest samples a rolled-out prompt gets (None = strategy default: knapsack 2, "
-        "e3 num_generations/2)."
+        None, gt=0, description="knapsack and rank (e3) allocators: fewest samples a rolled-out prompt gets "
+        "(None = strategy default: knapsack 2, e3 num_generations/2)."
     )
     max_samples_per_prompt: int | None = Field(
         None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
         "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
-    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response.")
+    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, and the responses replay may reuse).")
     posterior_decay: float = Field(
-        1.0, gt=0, le=1, description="MoPPS decay lambda: alpha <- lambda*alpha + (1-lambda) + successes (1 = no decay)."
+        1.0, gt=0, le=1, description="beta (MoPPS) and irt estimators: decay lambda, alpha <- lambda*alpha + (1-lambda) + "
+        "successes (1 = no decay)."
     )
     vade_fast_decay: float = Field(0.5, gt=0, le=1, description="VADE fast-scale posterior decay.")
     vade_slow_decay: float = Field(0.95, gt=0, le=1, description="VADE slow-scale posterior decay.")
@@ -344,8 +345,8 @@ class PlannerConfig(_Section):
     greso_zero_variance_target: float = Field(
         0.25, ge=0, le=1, description="GRESO: target zero-variance share (1/3 easy, 2/3 hard)."
     )
-    greso_easy_threshold: float = Field(0.98, description="GRESO: a visit with mean reward >= this counts as easy.")
-    greso_hard_threshold: float = Field(0.11, description="GRESO: a visit with mean reward <= this counts as hard.")
+    greso_easy_threshold: float = Field(0.98, description="GRESO: a visit whose share of successful samples is >= this counts as easy.")
+    greso_hard_threshold: float = Field(0.11, description="GRESO: a visit whose share of successful samples is <= this counts as hard.")
     ar3po_stages: int = Field(4, gt=0, description="AR3PO: most sampling stages per prompt.")
     ar3po_stage_size: int | None = Field(
         None, gt=0, description="AR3PO: responses per stage (None = num_generations // 2)."
@@ -384,15 +385,16 @@ class PlannerConfig(_Section):
         "studies found a retrained prompt teaches the held-out items less than a new one (bench/RESULTS.md).")
     score_per_token: bool = Field(
         False, description="Posterior selector: divide each candidate's score by its expected response length (the "
-        "mean length of its samples when last rolled out; a prompt not yet rolled out gets the mean of those that "
-        "were), so selection ranks by gradient signal per generated token instead of per rollout. Prefers prompts "
+        "mean length of its samples when last rolled out; a candidate not yet rolled out gets the mean of this step's "
+        "candidates that were), so selection ranks by gradient signal per generated token instead of per rollout. Prefers prompts "
         "the model answers briefly, and so spends fewer tokens a step.")
     prior_counts: str | None = Field(
         None, description="Path to a JSONL file of solve counts measured before training, one row per prompt: "
         '{"uid": ..., "successes": S, "samples": N} (bench/pool_rates.py writes one for a run\'s pool). The '
         "planner's estimator starts as if each listed prompt had been rolled out N times with S correct; those "
-        "rollouts are not counted in the run's budget. Rows for prompts outside the pool are ignored; a file "
-        "with none in the pool is an error.")
+        "rollouts are not counted in the run's budget. Only strategies whose parts read the estimator take it "
+        "(mopps, vade, knapsack, e3, adaptive). Rows for prompts outside the pool are ignored; a file with none "
+        "in the pool is an error. A resumed run takes the belief from its checkpoint, not from the file.")
 
 
 class EvalConfig(_Section):

@@ -151,7 +151,7 @@ class Run:
     start_step: int = 0
     state: dict[str, Any] | None = None  # the loaded checkpoint's state
     checkpoint: Path | None = None  # and its folder
-    replay_bank: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> last correct response
+    replay_bank: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> its best response that succeeded
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
     best: BestTracker = field(default_factory=BestTracker)  # best eval/accuracy so far (save_best, early stopping)
     last_eval: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the latest evaluation
@@ -231,13 +231,14 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
-    planner = build_planner(cfg.planner, list(ids_by_uid), cfg.rollout.prompts_per_step,
-                            cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed,
-                            prompt_lengths=[len(ids) for ids in ids_by_uid.values()])
-
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+    # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
+    pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
+    planner = build_planner(pcfg, list(ids_by_uid), cfg.rollout.prompts_per_step,
+                            cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed,
+                            prompt_lengths=[len(ids) for ids in ids_by_uid.values()])
     state = load_checkpoint_state(ckpt) if ckpt is not None else None
     trainer: Any = None
     if with_trainer:
@@ -348,7 +349,9 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
                        text=text, reward=rew, reward_parts=parts, task=run.items_by_uid[uid].task)
             fresh.setdefault(uid, []).append(s)
             by_uid.setdefault(uid, []).append(s)
-            if is_correct(parts, run.primary):
+            # the planner's rule for a solved prompt (so every replay it asks for has a response here);
+            # a response is kept unless one with a higher reward is already banked
+            if rew >= run.cfg.planner.success_threshold and rew >= run.replay_bank.get(uid, {}).get("reward", rew):
                 run.replay_bank[uid] = {"ids": o.response_ids, "logprobs": o.logprobs, "reward": rew, "parts": parts}
         if out.adopted:
             planner.adopt(_group_results(fresh, out.adopted))

@@ -85,6 +85,8 @@ _READERS: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     ("allocator", ("screen",)): ("screen_size", "screen_threshold", "screen_growth", "screen_followup",
                                  "stratify_rollouts"),
 }
+# the parts whose decisions read the estimator's belief (the others keep their own counts or none)
+BELIEF_SELECTORS, BELIEF_ALLOCATORS = ("posterior",), ("knapsack", "rank", "screen")
 PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {k: reader for reader, keys in _READERS.items() for k in keys}
 
 
@@ -101,9 +103,11 @@ def unused_options(cfg: Any) -> str:
         if used not in names:
             return (f"planner.{key}={value} is read only by planner.{part}={' or '.join(names)}; strategy "
                     f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
-    if cfg.prior_counts and (cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")) == ("all", "fixed"):
-        return (f"planner.prior_counts is read by a planner that chooses from its beliefs; strategy "
-                f"'{cfg.strategy}' (selector all, allocator fixed) never reads them (drop prior_counts)")
+    sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
+    if cfg.prior_counts and sel not in BELIEF_SELECTORS and alloc not in BELIEF_ALLOCATORS:
+        return (f"planner.prior_counts starts the estimator, which only selector {' or '.join(BELIEF_SELECTORS)} "
+                f"and allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector "
+                f"'{sel}', allocator '{alloc}') decides without it (choose such a part, or drop prior_counts)")
     score = cfg.selection_score or preset.get("score", "target")
     if cfg.target_solve_rate != fields["target_solve_rate"].default and score != "target":
         return (f"planner.target_solve_rate={cfg.target_solve_rate} is read only with planner.selection_score="

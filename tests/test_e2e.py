@@ -231,6 +231,40 @@ def test_full_disk_stops_with_a_clear_error_and_the_run_resumes(tiny_model_dir, 
     assert [r["step"] for r in _train_lines(tmp_path / "full")] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("writer", ["save_file", "torch_save"])
+def test_disk_full_while_checkpointing_stops_cleanly_and_keeps_the_last_checkpoint(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch, capsys, writer):
+    """What a full disk raises (measured on a 64 kB tmpfs): safetensors a SafetensorError, torch.save a
+    RuntimeError; neither is an OSError. The step-4 checkpoint fails: exit 2 with what to do, no
+    half-written folder, step 2's checkpoint intact, and --resume finishes the run."""
+    from safetensors import SafetensorError
+
+    import rollwise.training.checkpoint as ck
+
+    real = {"save_file": ck.save_file, "torch_save": ck.torch.save}
+    full = {"save_file": SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"),
+            "torch_save": RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")}
+
+    def filling(*a, **k):
+        if "step_000004" in str(a[1]):
+            raise full[writer]
+        return real[writer](*a, **k)
+
+    if writer == "save_file":
+        monkeypatch.setattr(ck, "save_file", filling)
+    else:
+        monkeypatch.setattr(ck.torch, "save", filling)
+    quiet = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 4, quiet)]) == 2
+    err = capsys.readouterr().err
+    assert "could not write the checkpoint" in err and "free disk space" in err and "Traceback" not in err
+    assert sorted(p.name for p in (tmp_path / "full" / "checkpoints").iterdir()) == ["step_000002"]
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(TESTS))
+    assert main(["train", "--resume", str(tmp_path / "full")]) == 0
+    assert (tmp_path / "full" / "checkpoints" / "step_000004" / "state.pt").is_file()
+
+
 def test_overlapped_rounds_run_the_planners_follow_ups_in_one_engine_round(tiny_model_dir, tmp_path, capsys):
     base = ["eval.at_start=false", "eval.at_end=false"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "overlap", 3, base)]) == 0  # adaptive, overlap unset: on

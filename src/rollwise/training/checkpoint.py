@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 
@@ -59,8 +60,11 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
 
 
 def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
-    """Write a fresh folder `tmp` with `write(tmp)` and flush its files to disk; on an OS error
-    (a full disk) remove it and raise a CheckpointError that says what to do (`hint`)."""
+    """Write a fresh folder `tmp` with `write(tmp)` and flush its files to disk; when a write
+    fails (a full disk) remove it and raise a CheckpointError that says what to do (`hint`).
+
+    A full disk is an OSError only where Python writes: safetensors raises a SafetensorError
+    ("I/O error: No space left on device") and torch.save a RuntimeError ("unexpected pos ...")."""
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
@@ -68,9 +72,10 @@ def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    except OSError as e:
+    except (OSError, SafetensorError, RuntimeError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write the {what} to {tmp} ({e.strerror}); free disk space or {hint}") from None
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+        raise CheckpointError(f"could not write the {what} to {tmp} ({why}); free disk space or {hint}") from None
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

@@ -287,6 +287,33 @@ def test_settings_of_features_left_off_are_named():
                    "algo.tis_cap=4.0 has no effect: it is read only with algo.offpolicy_correction=tis",
                    "algo.kl_estimator=k1 has no effect: it is read only with algo.beta > 0",
                    "distributed.max_staleness=3 has no effect: it is read only with distributed.async_training=true"]
+    # options of one engine, loss, advantage, backend or model kind, set where another is used
+    got = unused_settings(load_config(None, [
+        "model.name_or_path=/some/folder", "model.cache_dir=/tmp/c", "model.lora.r=4", "data.use_chat_template=false",
+        "data.system_prompt=hi", "planner.budget_rollouts=32", "rollout.prompts_per_step=4", "rollout.engine=vllm",
+        "rollout.batch_size=16", "algo.advantage=rloo", "algo.scale_rewards=none", "algo.policy_loss=cispo",
+        "algo.epsilon_high=5", "algo.epsilon=0.3", "algo.dual_clip=3", "distributed.async_training=true",
+        "distributed.worker_threads=2", "eval.at_start=false", "eval.at_end=false", "eval.save_best=true"]))
+    assert [line.split("=")[0] for line in got] == [
+        "model.cache_dir", "model.lora.r", "data.system_prompt", "rollout.prompts_per_step", "rollout.batch_size",
+        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "distributed.worker_threads", "eval.save_best"]
+    assert got[1] == "model.lora.r=4 has no effect: it is read only with model.lora.enabled=true"
+    assert unused_settings(load_config(None, ["model.lora.enabled=true", "model.lora.r=4", "model.cache_dir=/tmp/c",
+                                              "data.system_prompt=hi", "rollout.prompts_per_step=4",
+                                              "rollout.batch_size=16", "algo.scale_rewards=none", "algo.dual_clip=3",
+                                              "eval.save_best=true", "distributed.backend=ray",
+                                              "distributed.worker_threads=2"])) == []
+
+
+def test_a_task_rejects_the_fields_of_the_other_kind(tmp_path):
+    with pytest.raises(ConfigError, match="params apply to reasoning-gym generators only"):
+        load_config(None, [f"data.tasks=[{{name: mine, path: {tmp_path}/a.jsonl, params: {{max_digits: 2}}}}]"])
+    with pytest.raises(ConfigError, match="prompt_column applies to file tasks only"):
+        load_config(None, ["data.tasks=[{name: gcd, prompt_column: q}]"])
+    load_config(None, [f"data.tasks=[{{name: mine, path: {tmp_path}/a.jsonl, prompt_column: q}}]"])
+
+
+def test_settings_of_features_left_off_stay_quiet_where_on():
     # the same settings where their feature is on: nothing to say
     assert unused_settings(load_config(None, ["algo.beta=0.01", "algo.kl_estimator=k1", "algo.offpolicy_correction=tis",
                                               "algo.tis_cap=4"])) == []

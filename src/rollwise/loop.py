@@ -351,7 +351,8 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
             by_uid.setdefault(uid, []).append(s)
             # the planner's rule for a solved prompt (so every replay it asks for has a response here);
             # a response is kept unless one with a higher reward is already banked
-            if rew >= run.cfg.planner.success_threshold and rew >= run.replay_bank.get(uid, {}).get("reward", rew):
+            banked = run.replay_bank.get(uid)
+            if rew >= run.cfg.planner.success_threshold and (banked is None or rew >= banked["reward"]):
                 run.replay_bank[uid] = {"ids": o.response_ids, "logprobs": o.logprobs, "reward": rew, "parts": parts}
         if out.adopted:
             planner.adopt(_group_results(fresh, out.adopted))

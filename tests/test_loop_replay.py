@@ -1,23 +1,29 @@
 """The loop's replay bank follows the planner's rule for a solved prompt, so every replay the
-planner asks for (and counts in planner/replayed) reaches the batch."""
+planner asks for (and counts in planner/replayed) reaches the batch; reward.truncated_reward
+rescores the samples cut at the length cap before anything sees them."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rollwise.config import PlannerConfig
+from rollwise.config import PlannerConfig, RewardConfig
 from rollwise.loop import produce_batch
 from rollwise.planner import build_planner
 
 
 class Executor:
-    """Answers every request with `n` one-token responses; the rewarder decides what they score."""
+    """Answers every request with `n` one-token responses; the rewarder decides what they score.
+    The responses listed in `cut` (by their place in the group) end at the length cap."""
 
     carried: dict = {}
 
+    def __init__(self, cut: tuple[int, ...] = ()) -> None:
+        self.cut = cut
+
     def generate(self, requests, first_round=False):
-        out = {r.uid: [SimpleNamespace(response_ids=[7], logprobs=[-0.1], versions=[0], finish_reason="stop")
-                       for _ in range(r.n)] for r in requests}
+        out = {r.uid: [SimpleNamespace(response_ids=[7], logprobs=[-0.1], versions=[0],
+                                       finish_reason="length" if i in self.cut else "stop")
+                       for i in range(r.n)] for r in requests}
         return SimpleNamespace(groups=out, adopted={})
 
     def step_tokens(self) -> int:
@@ -45,7 +51,7 @@ def test_a_partial_credit_success_is_replayed_into_a_later_all_wrong_group() -> 
     scorer = Scorer()
     run = SimpleNamespace(planner=planner, tokenizer=SimpleNamespace(decode=lambda ids, **kw: "x"), runner=scorer,
                           items_by_uid={"t:0": SimpleNamespace(task="t")}, ids_by_uid={"t:0": [1, 2]},
-                          replay_bank={}, primary="r", cfg=SimpleNamespace(planner=cfg))
+                          replay_bank={}, primary="r", cfg=SimpleNamespace(planner=cfg, reward=RewardConfig()))
     first = produce_batch(run, 0, Executor())
     assert not any(s.stop_gradient for s in first.batch) and run.replay_bank["t:0"]["reward"] == 0.6
     scorer.step = 2
@@ -53,3 +59,42 @@ def test_a_partial_credit_success_is_replayed_into_a_later_all_wrong_group() -> 
     assert second.executor_metrics["planner/replayed"] == 1.0
     replays = [s for s in second.batch if s.stop_gradient]
     assert len(replays) == 1 and replays[0].reward == 0.6  # the group now has a gradient
+
+
+def _run(planner_cfg: PlannerConfig, reward_cfg: RewardConfig, scorer) -> SimpleNamespace:
+    return SimpleNamespace(planner=build_planner(planner_cfg, ["t:0"], 1, 4, 8, 0),
+                           tokenizer=SimpleNamespace(decode=lambda ids, **kw: "x"), runner=scorer,
+                           items_by_uid={"t:0": SimpleNamespace(task="t")}, ids_by_uid={"t:0": [1, 2]},
+                           replay_bank={}, primary="r", cfg=SimpleNamespace(planner=planner_cfg, reward=reward_cfg))
+
+
+class AllRight:
+    def score(self, texts, items):
+        return SimpleNamespace(rewards=[1.0] * len(texts), parts=[{"r": 1.0} for _ in texts], errors=0, timeouts=0,
+                               nans=0)
+
+
+def test_truncated_reward_rescores_cut_samples_for_the_batch_the_planner_and_the_replay_bank() -> None:
+    planner_cfg = PlannerConfig(strategy="uniform", repair="replay")
+    run = _run(planner_cfg, RewardConfig(truncated_reward=0.0), AllRight())
+    out = produce_batch(run, 0, Executor(cut=(0, 1)))  # 2 of 4 cut: every answer "right" as written
+    rewards = [s.reward for s in out.batch]
+    assert rewards == [0.0, 0.0, 1.0, 1.0]
+    assert [s.reward_parts["r"] for s in out.batch] == [0.0, 0.0, 1.0, 1.0]  # counted wrong in rollout/accuracy
+    # the planner saw the rescored rewards: a group with a gradient, where all four scored 1 as written
+    assert out.executor_metrics["planner/all_correct_share"] == 0.0
+    assert out.executor_metrics["planner/effective_ratio"] == 1.0
+    # the bank keeps only an uncut success
+    assert run.replay_bank["t:0"]["reward"] == 1.0
+
+
+def test_truncated_reward_unset_scores_cut_samples_as_written() -> None:
+    run = _run(PlannerConfig(strategy="uniform"), RewardConfig(), AllRight())
+    out = produce_batch(run, 0, Executor(cut=(0, 1)))
+    assert [s.reward for s in out.batch] == [1.0] * 4
+
+
+def test_a_cut_only_success_is_not_banked_under_truncated_reward() -> None:
+    run = _run(PlannerConfig(strategy="uniform", repair="replay"), RewardConfig(truncated_reward=0.0), AllRight())
+    produce_batch(run, 0, Executor(cut=(0, 1, 2, 3)))
+    assert "t:0" not in run.replay_bank

@@ -129,6 +129,12 @@ class RewardConfig(_Section):
         "scores 1.",
     )
     timeout: float = Field(5.0, gt=0, description="Seconds one reward call may take before it scores 0.")
+    truncated_reward: float | None = Field(
+        None, description="The reward of a training sample cut at rollout.max_completion_length, in place of its "
+        "score (SIRI's rule is 0): an answer cut mid-way that happens to end on the right number then teaches "
+        "nothing. Its reward functions' parts become 0, so it counts as wrong in rollout/accuracy and "
+        "rollout/groups, and the planner and the replay bank treat it as a failure unless the value is at least "
+        "planner.success_threshold. null: scored as written. Held-out evaluation always scores answers as written.")
 
 
 class RolloutConfig(_Section):

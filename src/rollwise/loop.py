@@ -344,7 +344,10 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
         cost["reward_s"] += time.perf_counter() - tr
         issues[:] = [issues[0] + scored.errors, issues[1] + scored.timeouts, issues[2] + scored.nans]
         fresh: dict[str, list[Sample]] = {}
+        cut_reward = run.cfg.reward.truncated_reward
         for uid, o, text, rew, parts in zip(owners, outs, texts, scored.rewards, scored.parts):
+            if cut_reward is not None and o.finish_reason == "length":  # reward.truncated_reward
+                rew, parts = cut_reward, dict.fromkeys(parts, 0.0)
             s = Sample(uid, 0, run.ids_by_uid[uid], o.response_ids, o.logprobs, o.versions, o.finish_reason,
                        text=text, reward=rew, reward_parts=parts, task=run.items_by_uid[uid].task)
             fresh.setdefault(uid, []).append(s)

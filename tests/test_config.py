@@ -305,6 +305,28 @@ def test_settings_of_features_left_off_are_named():
                                               "distributed.worker_threads=2"])) == []
 
 
+def test_settings_read_only_in_narrower_setups_are_named():
+    # a KV cache kept across weight updates: only the continuous engine holds one, and only partial
+    # rollouts or asynchronous training change weights while sequences are in flight
+    keep = "rollout.partial_keep_kv=true"
+    assert unused_settings(load_config(None, [keep, "distributed.backend=ray"]))[0].startswith(
+        "rollout.partial_keep_kv=True has no effect: it is read only with rollout.engine=continuous")
+    assert unused_settings(load_config(None, [keep, "distributed.async_training=true", "rollout.engine=vllm"])) != []
+    assert unused_settings(load_config(None, [keep, "distributed.async_training=true"])) == []
+    assert unused_settings(load_config(None, [keep, "rollout.partial_rollouts=true"])) == []
+    # a decay that would start after the run's last update
+    got = unused_settings(load_config(None, ["train.lr_scheduler=cosine", "train.max_steps=4", "train.warmup_steps=4"]))
+    assert got == ["train.lr_scheduler=cosine has no effect: it is read only with train.warmup_steps below "
+                   "train.max_steps x algo.num_iterations (the decay follows the warm-up)"]
+    assert unused_settings(load_config(None, ["train.lr_scheduler=cosine", "train.max_steps=4", "train.warmup_steps=4",
+                                              "algo.num_iterations=2"])) == []
+    # a mixture weight with nothing to mix
+    got = unused_settings(load_config(None, ["data.tasks=[{name: gcd, weight: 3}]"]))
+    assert got == ["data.tasks[0].weight=3.0 has no effect: a weight is a task's share of a mixture, and this one "
+                   "has a single task"]
+    assert unused_settings(load_config(None, ["data.tasks=[{name: gcd, weight: 3}, {name: lcm}]"])) == []
+
+
 def test_a_task_rejects_the_fields_of_the_other_kind(tmp_path):
     with pytest.raises(ConfigError, match="params apply to reasoning-gym generators only"):
         load_config(None, [f"data.tasks=[{{name: mine, path: {tmp_path}/a.jsonl, params: {{max_digits: 2}}}}]"])

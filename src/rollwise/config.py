@@ -586,8 +586,11 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "rollout.batch_size": (lambda c: c.rollout.engine != "vllm", "rollout.engine=hf or continuous"),
     "rollout.partial_stop_fraction": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
     "rollout.retention_limit": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
-    "rollout.partial_keep_kv": (lambda c: c.rollout.partial_rollouts or _workers(c),
-                                "rollout.partial_rollouts=true or rollout workers"),
+    "rollout.partial_keep_kv": (lambda c: c.rollout.engine == "continuous"
+                                and (c.rollout.partial_rollouts or c.distributed.async_training),
+                                "rollout.engine=continuous and rollout.partial_rollouts=true or "
+                                "distributed.async_training=true (weights that change while sequences are in flight; "
+                                "vLLM never keeps a KV cache across rounds)"),
     "rollout.spec_lenience": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.spec_topk": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.num_slots": (lambda c: c.rollout.engine == "continuous", "rollout.engine=continuous"),
@@ -599,6 +602,9 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "algo.icepop_high": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.icepop_weighted": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.kl_estimator": (lambda c: c.algo.beta > 0, "algo.beta > 0"),
+    "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
+                           "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
+                           "warm-up)"),
     "algo.scale_rewards": (lambda c: c.algo.advantage == "grpo", "algo.advantage=grpo"),
     "algo.dual_clip": (lambda c: c.algo.policy_loss == "ppo_clip", "algo.policy_loss=ppo_clip"),
     "algo.epsilon": (lambda c: c.algo.policy_loss != "cispo" or c.algo.epsilon_high is None,
@@ -629,6 +635,10 @@ def unused_settings(cfg: Config) -> list[str]:
         default = type(sec).model_fields[name].get_default(call_default_factory=True)
         if getattr(sec, name) != default and not read(cfg):
             out.append(f"{key}={getattr(sec, name)} has no effect: it is read only with {when}")
+    tasks = cfg.data.tasks
+    if len(tasks) == 1 and tasks[0].weight != 1.0:
+        out.append(f"data.tasks[0].weight={tasks[0].weight} has no effect: a weight is a task's share of a mixture, and "
+                   "this one has a single task")
     return out
 
 

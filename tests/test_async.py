@@ -9,7 +9,7 @@ from test_e2e import _args, _train_lines
 
 from rollwise.cli import main
 from rollwise.config import build_config
-from rollwise.distributed.async_loop import StalenessGate
+from rollwise.distributed.async_loop import StalenessGate, unwrap_remote_error
 
 ASYNC_ONLY = ("async/", "time/", "rollout/tokens_per_s", "rollout/buffered", "rollout/dropped_stale_total",
               "rollout/carried_samples")
@@ -21,6 +21,28 @@ def _comparable(run_dir):
 
 def _rows(run_dir):
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "rollout/reward_mean" in x]
+
+
+def test_the_trainer_actors_own_error_reaches_the_cli_with_its_message():
+    """A CheckpointError raised in the Ray trainer actor (a full disk) comes back from ray.get as a
+    RayTaskError whose text is Ray's remote traceback, escape codes included (measured with Ray
+    2.60); the driver raises the actor's own exception, so `rollwise: error:` prints one clean line."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from rollwise.training.checkpoint import CheckpointError
+
+    msg = "could not write the weights to run/ckpt (disk full); free disk space or resume"
+    wrapped = RayTaskError("TrainerActor.save", "Traceback ...\n  File learner.py", CheckpointError(msg))
+
+    def fail(err):
+        raise err
+
+    with pytest.raises(CheckpointError) as got:
+        unwrap_remote_error(lambda: fail(wrapped.as_instanceof_cause()))
+    assert str(got.value) == msg and isinstance(got.value.__cause__, RayTaskError)
+    with pytest.raises(ActorDiedError):  # Ray's own failures are not the trainer's errors: unchanged
+        unwrap_remote_error(lambda: fail(ActorDiedError()))
+    assert unwrap_remote_error(lambda: 7) == 7
 
 
 def test_gate_follows_areal_bound_and_waits_for_checkpoints():

@@ -320,6 +320,10 @@ def test_settings_read_only_in_narrower_setups_are_named():
                    "train.max_steps x algo.num_iterations (the decay follows the warm-up)"]
     assert unused_settings(load_config(None, ["train.lr_scheduler=cosine", "train.max_steps=4", "train.warmup_steps=4",
                                               "algo.num_iterations=2"])) == []
+    assert unused_settings(load_config(None, ["reward.overlong_penalty=0.5"])) == [
+        "reward.overlong_penalty=0.5 has no effect: it is read only with reward.overlong_buffer > 0"]
+    with pytest.raises(ConfigError, match="reward.overlong_buffer \\(48\\) must be below"):
+        load_config(None, ["reward.overlong_buffer=48"])
     # a mixture weight with nothing to mix
     got = unused_settings(load_config(None, ["data.tasks=[{name: gcd, weight: 3}]"]))
     assert got == ["data.tasks[0].weight=3.0 has no effect: a weight is a task's share of a mixture, and this one "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from rollwise.config import PlannerConfig, RewardConfig
-from rollwise.loop import produce_batch
+from rollwise.loop import overlong_punishment, produce_batch
 from rollwise.planner import build_planner
 
 
@@ -17,12 +17,15 @@ class Executor:
 
     carried: dict = {}
 
-    def __init__(self, cut: tuple[int, ...] = ()) -> None:
-        self.cut = cut
+    def __init__(self, cut: tuple[int, ...] = (), lengths: tuple[int, ...] = ()) -> None:
+        self.cut, self.lengths = cut, lengths
 
     def generate(self, requests, first_round=False):
-        out = {r.uid: [SimpleNamespace(response_ids=[7], logprobs=[-0.1], versions=[0],
-                                       finish_reason="length" if i in self.cut else "stop")
+        def length(i: int) -> int:
+            return self.lengths[i] if i < len(self.lengths) else 1
+
+        out = {r.uid: [SimpleNamespace(response_ids=[7] * length(i), logprobs=[-0.1] * length(i),
+                                       versions=[0] * length(i), finish_reason="length" if i in self.cut else "stop")
                        for i in range(r.n)] for r in requests}
         return SimpleNamespace(groups=out, adopted={})
 
@@ -98,3 +101,19 @@ def test_a_cut_only_success_is_not_banked_under_truncated_reward() -> None:
     run = _run(PlannerConfig(strategy="uniform", repair="replay"), RewardConfig(truncated_reward=0.0), AllRight())
     produce_batch(run, 0, Executor(cut=(0, 1, 2, 3)))
     assert "t:0" not in run.replay_bank
+
+
+def test_overlong_punishment_is_dapos_linear_ramp_over_the_buffer():
+    # cap 48, buffer 8: nothing up to 40 tokens, then 1/8 of the penalty per token, all of it at 48
+    assert [overlong_punishment(n, 48, 8, 1.0) for n in (10, 40, 41, 44, 48)] == [0.0, 0.0, 0.125, 0.5, 1.0]
+    assert overlong_punishment(44, 48, 8, 0.5) == 0.25
+
+
+def test_overlong_buffer_lowers_the_reward_of_long_samples_but_not_their_correctness():
+    from rollwise.config import RolloutConfig
+
+    run = _run(PlannerConfig(strategy="uniform"), RewardConfig(overlong_buffer=4), AllRight())
+    run.cfg.rollout = RolloutConfig(max_completion_length=8)
+    out = produce_batch(run, 0, Executor(cut=(3,), lengths=(2, 4, 6, 8)))  # punished from 5 tokens on
+    assert [s.reward for s in out.batch] == [1.0, 1.0, 0.5, 0.0]  # 6 tokens: 2 of the buffer's 4
+    assert [s.reward_parts["r"] for s in out.batch] == [1.0] * 4

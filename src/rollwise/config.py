@@ -135,6 +135,13 @@ class RewardConfig(_Section):
         "nothing. Its reward functions' parts become 0, so it counts as wrong in rollout/accuracy and "
         "rollout/groups, and the planner and the replay bank treat it as a failure unless the value is at least "
         "planner.success_threshold. null: scored as written. Held-out evaluation always scores answers as written.")
+    overlong_buffer: int = Field(
+        0, ge=0, description="DAPO's soft overlong punishment: a training sample longer than "
+        "rollout.max_completion_length - overlong_buffer tokens loses overlong_penalty x (its excess / the buffer) "
+        "of reward, up to overlong_penalty at the cap (verl's overlong_buffer.len). 0: off. Correctness and "
+        "held-out evaluation are unchanged.")
+    overlong_penalty: float = Field(1.0, ge=0, description="The reward a sample at the cap loses under "
+                                    "reward.overlong_buffer (verl's penalty_factor).")
 
 
 class RolloutConfig(_Section):
@@ -492,6 +499,10 @@ class Config(_Section):
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
         if a.icepop_low > a.icepop_high:
             raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
+        if self.reward.overlong_buffer >= self.rollout.max_completion_length:
+            raise ValueError(f"reward.overlong_buffer ({self.reward.overlong_buffer}) must be below "
+                             f"rollout.max_completion_length ({self.rollout.max_completion_length}): the punishment "
+                             "starts that many tokens before the cap")
         from rollwise.planner.strategies import unused_options, whole_round_parts  # no config import there
 
         why = unused_options(self.planner)
@@ -602,6 +613,7 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "algo.icepop_high": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.icepop_weighted": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.kl_estimator": (lambda c: c.algo.beta > 0, "algo.beta > 0"),
+    "reward.overlong_penalty": (lambda c: c.reward.overlong_buffer > 0, "reward.overlong_buffer > 0"),
     "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
                            "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
                            "warm-up)"),

@@ -344,10 +344,13 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
         cost["reward_s"] += time.perf_counter() - tr
         issues[:] = [issues[0] + scored.errors, issues[1] + scored.timeouts, issues[2] + scored.nans]
         fresh: dict[str, list[Sample]] = {}
-        cut_reward = run.cfg.reward.truncated_reward
+        rc = run.cfg.reward
         for uid, o, text, rew, parts in zip(owners, outs, texts, scored.rewards, scored.parts):
-            if cut_reward is not None and o.finish_reason == "length":  # reward.truncated_reward
-                rew, parts = cut_reward, dict.fromkeys(parts, 0.0)
+            if rc.truncated_reward is not None and o.finish_reason == "length":
+                rew, parts = rc.truncated_reward, dict.fromkeys(parts, 0.0)
+            if rc.overlong_buffer:
+                rew -= overlong_punishment(len(o.response_ids), run.cfg.rollout.max_completion_length,
+                                           rc.overlong_buffer, rc.overlong_penalty)
             s = Sample(uid, 0, run.ids_by_uid[uid], o.response_ids, o.logprobs, o.versions, o.finish_reason,
                        text=text, reward=rew, reward_parts=parts, task=run.items_by_uid[uid].task)
             fresh.setdefault(uid, []).append(s)
@@ -394,6 +397,12 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
     generated = [s for ss in by_uid.values() for s in ss]
     return Produced(batch, generated, outcome, tokens, gen_s, reward_s, (issues[0], issues[1], issues[2]),
                     {**planner.metrics(), **executor.metrics()})
+
+
+def overlong_punishment(length: int, cap: int, buffer: int, penalty: float) -> float:
+    """DAPO's soft overlong punishment (reward.overlong_buffer): the reward lost by a response of `length`
+    tokens, 0 up to cap - buffer, then growing linearly to `penalty` at the cap."""
+    return penalty * min(max(length - (cap - buffer), 0), buffer) / buffer
 
 
 def overlap_rounds(cfg: Config, executor: Any, planner: Any) -> bool:

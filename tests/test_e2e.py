@@ -329,3 +329,17 @@ def test_out_of_memory_mid_run_resumes_with_a_smaller_micro_batch(tiny_model_dir
     monkeypatch.setattr(PolicyTrainer, "update", real)
     assert main(["train", "--resume", str(tmp_path / "oom"), "train.micro_batch_size=2"]) == 0
     assert [r["step"] for r in _train_lines(tmp_path / "oom")] == [1, 2, 3, 4]
+
+
+def test_truncated_reward_rescores_cut_training_samples_through_the_cli(tiny_model_dir, tmp_path):
+    """The tiny model rarely stops within 8 tokens: with reward.truncated_reward every cut sample's
+    reward is that value, whatever digit_share gave it; held-out accuracy is scored as written."""
+    extra = ["reward.truncated_reward=-0.5", "eval.at_start=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "cut", 1, extra)]) == 0
+    row = _train_lines(tmp_path / "cut")[0]
+    cut = row["rollout/truncated_frac"]
+    assert cut > 0.5, row
+    # digit_share is in [0, 1]: the cut share scores -0.5, the rest at most 1
+    assert row["rollout/reward_mean"] <= -0.5 * cut + (1 - cut) + 1e-6
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "as_written", 1, ["eval.at_start=false"])]) == 0
+    assert _train_lines(tmp_path / "as_written")[0]["rollout/reward_mean"] >= 0.0

@@ -138,8 +138,9 @@ class RewardConfig(_Section):
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO's soft overlong punishment: a training sample longer than "
         "rollout.max_completion_length - overlong_buffer tokens loses overlong_penalty x (its excess / the buffer) "
-        "of reward, up to overlong_penalty at the cap (verl's overlong_buffer.len). 0: off. Correctness and "
-        "held-out evaluation are unchanged.")
+        "of reward, up to overlong_penalty at the cap (verl's overlong_buffer.len). 0: off. Correctness (the "
+        "first reward function's score) and held-out evaluation are unchanged; the planner's success rule "
+        "(reward >= planner.success_threshold) reads the lowered reward.")
     overlong_penalty: float = Field(1.0, ge=0, description="The reward a sample at the cap loses under "
                                     "reward.overlong_buffer (verl's penalty_factor).")
 

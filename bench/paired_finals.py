@@ -7,6 +7,8 @@ For each arm (a run folder ARM-seedN in both), per seed the final held-out accur
 folder minus that in the second (points), then the mean with its standard error over seeds and
 how many seeds the first folder is ahead on; last, the difference of those differences between
 the first two arms, paired by seed (e.g. whether a setting helps adaptive more than uniform).
+With `--against ARM` every arm of the first folder is compared with ARM in the second instead
+(e.g. adaptive with a setting against uniform without it).
 """
 
 from __future__ import annotations
@@ -35,13 +37,16 @@ def main(argv: list[str]) -> int:
     ap.add_argument("second", type=Path)
     ap.add_argument("--arms", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, required=True)
+    ap.add_argument("--against", help="compare with this arm of the second folder, not the same arm")
     args = ap.parse_args(argv)
     by_arm: dict[str, dict[int, float]] = {}
-    print(f"| arm | seed | {args.first.name} | {args.second.name} | difference |")
+    other = f" ({args.against})" if args.against else ""
+    print(f"| arm | seed | {args.first.name} | {args.second.name}{other} | difference |")
     print("|---|---|---|---|---|")
     for arm in args.arms:
         for seed in args.seeds:
-            a, b = (d / f"{arm}-seed{seed}" for d in (args.first, args.second))
+            a = args.first / f"{arm}-seed{seed}"
+            b = args.second / f"{args.against or arm}-seed{seed}"
             if not ((a / "metrics.jsonl").exists() and (b / "metrics.jsonl").exists()):
                 continue
             fa, fb = final_accuracy(a), final_accuracy(b)
@@ -52,7 +57,7 @@ def main(argv: list[str]) -> int:
     for arm, d in by_arm.items():
         mean, se = paired(list(d.values()))
         print(f"| {arm} | {len(d)} | {mean:+.1f} ({se:.1f}) | {sum(x > 0 for x in d.values())} of {len(d)} |")
-    if len(args.arms) >= 2 and all(a in by_arm for a in args.arms[:2]):
+    if not args.against and len(args.arms) >= 2 and all(a in by_arm for a in args.arms[:2]):
         x, y = (by_arm[a] for a in args.arms[:2])
         common = sorted(set(x) & set(y))
         if common:

@@ -10,7 +10,8 @@ were cut, in steps 1-3 and over the whole run, and how often a cut answer was co
 final held-out accuracy, the lead over uniform's run of the same seed in the same folder (points),
 and its held-out answer tokens at the first and last evaluation. Per arm: the means, and the rank
 correlation over seeds of the steps 1-3 share with the lead. With `reward.truncated_reward` set a
-cut answer is scored wrong in `rollout/groups`, so its shares are 0 by construction.
+cut answer is scored wrong in `rollout/groups`, so its shares are 0 by construction. A response of
+exactly the cap's length counts as cut here even when it stopped on its last allowed token.
 """
 
 from __future__ import annotations

@@ -566,10 +566,6 @@ class Config(_Section):
 # ---------------------------------------------------------------- options a config sets but does not use
 
 
-def _workers(c: Config) -> bool:
-    return c.distributed.async_training or c.distributed.backend == "ray"
-
-
 def _builtin_model(c: Config) -> bool:
     from rollwise.models import BUILTIN_MODELS
 
@@ -592,6 +588,7 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.lora.dropout": (lambda c: c.model.lora.enabled, _LORA),
     "model.lora.target_modules": (lambda c: c.model.lora.enabled, _LORA),
     "data.system_prompt": (lambda c: c.data.use_chat_template, "data.use_chat_template=true"),
+    "reward.overlong_penalty": (lambda c: c.reward.overlong_buffer > 0, "reward.overlong_buffer > 0"),
     "rollout.prompts_per_step": (lambda c: (c.planner.budget_rollouts is None and c.planner.budget_tokens is None)
                                  or c.planner.revisit_cooldown > 0,
                                  "no planner.budget_rollouts or budget_tokens (a budget sets the step's size)"),
@@ -614,14 +611,13 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "algo.icepop_high": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.icepop_weighted": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.kl_estimator": (lambda c: c.algo.beta > 0, "algo.beta > 0"),
-    "reward.overlong_penalty": (lambda c: c.reward.overlong_buffer > 0, "reward.overlong_buffer > 0"),
-    "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
-                           "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
-                           "warm-up)"),
     "algo.scale_rewards": (lambda c: c.algo.advantage == "grpo", "algo.advantage=grpo"),
     "algo.dual_clip": (lambda c: c.algo.policy_loss == "ppo_clip", "algo.policy_loss=ppo_clip"),
     "algo.epsilon": (lambda c: c.algo.policy_loss != "cispo" or c.algo.epsilon_high is None,
                      "a policy loss other than cispo, or cispo without algo.epsilon_high"),
+    "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
+                           "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
+                           "warm-up)"),
     "distributed.max_staleness": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
     "distributed.weight_sync_tokens": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
     "distributed.worker_threads": (lambda c: c.distributed.backend == "ray",

@@ -343,3 +343,19 @@ def test_truncated_reward_rescores_cut_training_samples_through_the_cli(tiny_mod
     assert row["rollout/reward_mean"] <= -0.5 * cut + (1 - cut) + 1e-6
     assert main(["train", *_args(tiny_model_dir, tmp_path, "as_written", 1, ["eval.at_start=false"])]) == 0
     assert _train_lines(tmp_path / "as_written")[0]["rollout/reward_mean"] >= 0.0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tmp_path, mode):
+    """train.max_rollout_tokens ends the run long before train.max_steps; a linear schedule then
+    decays over the tokens spent (update k at 1 - tokens before step k / budget), not over max_steps."""
+    extra = ["train.max_rollout_tokens=300", "train.lr_scheduler=linear", "eval.at_start=false"]
+    if mode == "async":
+        extra.append("distributed.async_training=true")
+    assert main(["train", *_args(tiny_model_dir, tmp_path, mode, 40, extra)]) == 0
+    lines = _train_lines(tmp_path / mode)
+    totals = [r["rollout/tokens_total"] for r in lines]
+    assert totals[-1] >= 300 > totals[-2] and len(lines) < 40  # stopped by the budget, at the first step over it
+    before = [0.0, *totals[:-1]]
+    assert [r["train/lr"] for r in lines] == pytest.approx([0.003 * (1 - b / 300) for b in before])
+    assert (tmp_path / mode / "checkpoints" / f"step_{len(lines):06d}").is_dir()

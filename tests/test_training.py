@@ -80,6 +80,40 @@ def test_lr_schedule():
     assert lr_lambda(0, 10, "constant")(7) == 1.0
 
 
+def test_lr_schedule_decays_over_the_token_budget_when_it_ends_the_run_first():
+    spent = [0.0]
+    f = lr_lambda(2, 102, "linear", lambda: spent[0])
+    assert f(0) == 0.5  # warm-up is counted in updates whatever the budget
+    spent[0] = 0.5
+    assert f(12) == 0.5  # 10 of 100 decay updates done, half the tokens spent: the tokens lead
+    spent[0] = 0.2
+    assert f(52) == 0.5  # 50 of 100 updates done, a fifth of the tokens: the updates lead
+    spent[0] = 1.3
+    assert f(3) == 0.0  # the budget overshot on the last batch: never negative
+    spent[0] = 0.5
+    assert abs(lr_lambda(0, 100, "cosine", lambda: spent[0])(0) - 0.5) < 1e-12
+    assert lr_lambda(0, 100, "constant", lambda: spent[0])(0) == 1.0
+
+
+def test_trainer_lr_follows_the_budget_it_is_given(tiny_model_dir):
+    ov = ["model.dtype=float32", "train.learning_rate=1e-3", "train.warmup_steps=0", "train.lr_scheduler=linear",
+          "train.max_steps=100"]
+    model = load_model(str(tiny_model_dir))
+    cfg = load_config(None, [*ov, "train.max_rollout_tokens=1000", "algo.num_iterations=2"])
+    tr = PolicyTrainer(cfg, model, pad_id=0)
+    used = []
+    step = tr.optimizer.step
+    tr.optimizer.step = lambda: (used.append(tr.optimizer.param_groups[0]["lr"]), step())
+    samples = _samples()
+    tr.compute_advantages(samples)
+    m = tr.update(samples, budget=(0.5, 0.7))  # the two updates at 0.5 and 0.6 of the budget
+    assert used == pytest.approx([5e-4, 4e-4]) and m["train/lr"] == pytest.approx(4e-4)
+    # without a token budget the schedule counts updates only: update 0 of 100 runs at the full rate
+    tr = PolicyTrainer(load_config(None, ov), load_model(str(tiny_model_dir)), pad_id=0)
+    tr.compute_advantages(samples)
+    assert tr.update(samples, budget=(0.5, 0.7))["train/lr"] == pytest.approx(1e-3)
+
+
 # ---------------------------------------------------------------- off-policy corrections
 
 NO_CLIP = "train.max_grad_norm=1e9"  # the captured gradients are taken after clipping: keep it out of the way

@@ -269,7 +269,10 @@ class TrainConfig(_Section):
     adam_beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1.")
     adam_beta2: float = Field(0.99, ge=0, lt=1, description="AdamW beta2.")
     warmup_steps: int = Field(2, ge=0, description="Optimizer steps of linear warm-up.")
-    lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Decay after warm-up.")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Decay after warm-up, to 0 at the end of the run: after train.max_steps x "
+        "algo.num_iterations updates or, with train.max_rollout_tokens, once that many tokens are generated, "
+        "whichever comes first.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip.")
     micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward (bounds memory).")
     logprob_chunk: int = Field(1024, gt=0, description="Tokens per chunk when gathering log-probs.")

@@ -417,6 +417,16 @@ def overlap_rounds(cfg: Config, executor: Any, planner: Any) -> bool:
     return possible and (bool(setting) or (setting is None and bool(getattr(planner, "follows_up", True))))
 
 
+def budget_span(run: Run, p: Produced) -> tuple[float, float] | None:
+    """The fractions of train.max_rollout_tokens spent before and after batch `p` was generated
+    (None without a token budget): the learning-rate schedule decays over whichever of
+    train.max_steps and the token budget ends the run first."""
+    cap = run.cfg.train.max_rollout_tokens
+    if cap is None:
+        return None
+    return run.totals["tokens"] / cap, (run.totals["tokens"] + p.tokens) / cap
+
+
 def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, float]:
     """Add one step's rollout, reward and time metrics to the trainer's."""
     run.totals["rollouts"] += len(p.generated)
@@ -533,7 +543,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
 
         tt = time.perf_counter()
         metrics: dict[str, float] = run.trainer.compute_advantages(produced.batch)
-        metrics.update(run.trainer.update(produced.batch))
+        metrics.update(run.trainer.update(produced.batch, budget_span(run, produced)))
         engine.load_weights(merged_state_dict(run.model), version=step + 1)
         metrics["time/train_s"] = time.perf_counter() - tt
 

@@ -36,6 +36,7 @@ from rollwise.loop import (
     Produced,
     Run,
     RunResult,
+    budget_span,
     final_eval,
     finish,
     is_checkpoint_step,
@@ -211,7 +212,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                 raise RuntimeError(f"step {step + 1}: a sample is {max(stale)} versions stale, over the bound {eta}")
 
             tt = time.perf_counter()
-            metrics: dict[str, float] = call("update", produced.batch, step + 1)  # publishes version step + 1
+            metrics: dict[str, float] = call("update", produced.batch, step + 1, budget_span(run, produced))  # publishes version step + 1
             metrics["time/train_s"] = time.perf_counter() - tt
 
             step_metrics(run, produced, metrics)

@@ -1,6 +1,6 @@
 """The trainer side of the asynchronous loop, in this process or as a Ray actor.
 
-Both forms do the same things: `update(batch, version)` (advantages, the clipped updates,
+Both forms do the same things: `update(batch, version, budget)` (advantages, the clipped updates,
 then the new weights published to the store as `version`), `save(step, extra)` (a checkpoint
 with the driver's planner and rollout state in `extra`), `save_best(step, accuracy)` (the
 weights of a new best evaluation, eval.save_best) and nothing else:
@@ -30,9 +30,10 @@ class Learner:
     def publish(self, version: int) -> None:
         self.store.publish(merged_state_dict(self.model), version)
 
-    def update(self, batch: list[Sample], version: int) -> dict[str, float]:
+    def update(self, batch: list[Sample], version: int,
+               budget: tuple[float, float] | None = None) -> dict[str, float]:
         metrics: dict[str, float] = self.trainer.compute_advantages(batch)
-        metrics.update(self.trainer.update(batch))
+        metrics.update(self.trainer.update(batch, budget))
         self.publish(version)
         return metrics
 

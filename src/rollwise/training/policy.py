@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +31,23 @@ from rollwise.training.logprobs import pack, pack_shared, response_logprobs, sha
 from rollwise.types import Sample
 
 
-def lr_lambda(warmup: int, total: int, kind: str):
+def lr_lambda(warmup: int, total: int, kind: str, spent: Callable[[], float] | None = None):
+    """The learning-rate factor of optimizer update `step` (0-based) out of `total`.
+
+    Linear warm-up over `warmup` updates, then `kind` decays to 0 at the end of the run. The end
+    is whichever comes first: `total` updates or, when `spent` is given, the rollout-token budget
+    (`spent()` is the fraction of train.max_rollout_tokens generated so far), so a run that the
+    token budget stops still finishes its decay.
+    """
     def f(step: int) -> float:
         if warmup and step < warmup:
             return (step + 1) / warmup
         if kind == "constant" or total <= warmup:
             return 1.0
-        frac = min(1.0, (step - warmup) / max(1, total - warmup))
+        frac = (step - warmup) / max(1, total - warmup)
+        if spent is not None:
+            frac = max(frac, spent())
+        frac = min(1.0, frac)
         return 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
 
     return f
@@ -114,8 +125,10 @@ class PolicyTrainer:
             params, lr=t.learning_rate, betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay
         )
         total_updates = t.max_steps * cfg.algo.num_iterations
+        self._budget_spent = 0.0  # fraction of train.max_rollout_tokens spent, set by update()
+        spent = (lambda: self._budget_spent) if t.max_rollout_tokens is not None else None
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda(t.warmup_steps, total_updates, t.lr_scheduler)
+            self.optimizer, lr_lambda(t.warmup_steps, total_updates, t.lr_scheduler, spent)
         )
         self.ref_model = None
         if cfg.algo.beta > 0 and not hasattr(model, "peft_config"):
@@ -157,8 +170,21 @@ class PolicyTrainer:
         enabled = self.dtype != torch.float32
         return torch.autocast(self.device.type, dtype=self.dtype, enabled=enabled)
 
-    def update(self, samples: list[Sample]) -> dict[str, float]:
-        """num_iterations optimizer steps on `samples` (advantages already set)."""
+    def _apply_lr(self, spent: float) -> float:
+        """Set this update's learning rate from the schedule with the token budget `spent` so far."""
+        self._budget_spent = spent
+        f = self.scheduler.lr_lambdas[0]
+        for g, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
+            g["lr"] = base * f(self.scheduler.last_epoch)
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def update(self, samples: list[Sample], budget: tuple[float, float] | None = None) -> dict[str, float]:
+        """num_iterations optimizer steps on `samples` (advantages already set).
+
+        `budget`: the fractions of train.max_rollout_tokens spent before and after this batch was
+        generated; the learning-rate decay then also follows the token budget (see `lr_lambda`),
+        the k-th of num_iterations updates at before + (after - before) * k / num_iterations.
+        """
         cfg, a = self.cfg, self.cfg.algo
         rows = []
         for s in samples:
@@ -195,7 +221,10 @@ class PolicyTrainer:
         off_sums: dict[str, float] = {}
         tok_w = in_w = 0.0
         self.model.train()
+        lr = 0.0  # the rate of the last update, for the metrics
         for it in range(a.num_iterations):
+            before, after = budget if budget is not None else (0.0, 0.0)
+            lr = self._apply_lr(before + (after - before) * it / a.num_iterations)
             self.optimizer.zero_grad(set_to_none=True)
             total_loss = 0.0
             for mi, rws in enumerate(micro):
@@ -263,7 +292,7 @@ class PolicyTrainer:
         out.update({
             "loss/policy": total_loss,
             "train/grad_norm": float(grad_norm) if micro else 0.0,
-            "train/lr": self.scheduler.get_last_lr()[0],
+            "train/lr": lr,  # the rate of this step's last optimizer update
             "train/sequences": float(num_sequences),
             "train/forwarded_sequences": float(len(active)),
             "train/skipped_zero_adv": float(num_sequences - len(active)),

@@ -37,3 +37,19 @@ class DyingStore(RayWeightStore):
 
     def __reduce__(self):
         return (DyingStore, (self.dtype, self.handle, self.marker, self.die_at, self.times))
+
+
+class RaisingStore(RayWeightStore):
+    """A weight store that raises an ordinary exception on a worker's second poll (the first is
+    the worker's start): an error of the worker's own, not a dead process."""
+
+    calls = 0
+
+    def latest(self, known):
+        RaisingStore.calls += 1
+        if RaisingStore.calls >= 2:
+            raise ValueError("weights unreadable (a test's store)")
+        return super().latest(known)
+
+    def __reduce__(self):
+        return (RaisingStore, (self.dtype, self.handle))

@@ -9,7 +9,8 @@ from test_e2e import _args, _train_lines
 
 from rollwise.cli import main
 from rollwise.config import build_config
-from rollwise.distributed.async_loop import StalenessGate, unwrap_remote_error
+from rollwise.distributed.async_loop import StalenessGate
+from rollwise.distributed.pool import unwrap_remote_error
 
 ASYNC_ONLY = ("async/", "time/", "rollout/tokens_per_s", "rollout/buffered", "rollout/dropped_stale_total",
               "rollout/carried_samples")
@@ -145,6 +146,15 @@ def test_killed_ray_worker_is_restarted_and_loses_no_samples(tiny_model_dir, tmp
         with pytest.raises(RuntimeError, match="max_worker_restarts=1"):
             pool.generate([Request(uid, 4) for uid in prompts])
         assert int(marker2.read_text()) == 2
+        pool.close()
+        # an ordinary exception in a worker reaches the caller as itself, not as Ray's remote traceback
+        from ray_helpers import RaisingStore
+
+        store = RaisingStore(torch.float32)
+        store.publish(load_model(str(tiny_model_dir)).state_dict(), 0)
+        pool = RolloutPool(spec, store, "ray", 1)
+        with pytest.raises(ValueError, match=r"^weights unreadable \(a test's store\)$"):
+            pool.generate([Request(uid, 4) for uid in prompts])
         pool.close()
     finally:
         ray.shutdown()

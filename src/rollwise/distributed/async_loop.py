@@ -28,7 +28,7 @@ from typing import Any
 
 from rollwise.config import Config
 from rollwise.distributed.learner import Learner, TrainerActor
-from rollwise.distributed.pool import RolloutPool, init_ray
+from rollwise.distributed.pool import RolloutPool, init_ray, unwrap_remote_error
 from rollwise.distributed.store import LocalWeightStore, RayWeightStore
 from rollwise.distributed.worker import WorkerSpec
 from rollwise.engine.factory import engine_dtype
@@ -140,21 +140,6 @@ def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
                           str(run.checkpoint) if run.checkpoint else None, run.state["rng"] if run.state else None)
     ray.get(handle.ready.remote())
     return handle, lambda method, *args: unwrap_remote_error(lambda: ray.get(getattr(handle, method).remote(*args)))
-
-
-def unwrap_remote_error(get: Any) -> Any:
-    """get(); when the Ray actor raised one of its own exceptions (a CheckpointError on a full disk), raise
-    that exception, so the CLI prints its message rather than Ray's remote traceback (kept as the
-    chained cause). Ray's own failures (a dead actor) pass through as they are."""
-    from ray.exceptions import RayError, RayTaskError
-
-    try:
-        return get()
-    except RayTaskError as e:
-        cause = getattr(e, "cause", None)
-        if isinstance(cause, Exception) and not isinstance(cause, RayError):
-            raise cause from e
-        raise
 
 
 def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:

@@ -32,6 +32,22 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
     return True
 
 
+def unwrap_remote_error(get: Any) -> Any:
+    """get(); when a Ray actor raised one of its own exceptions (the trainer's CheckpointError on a
+    full disk, an engine error in a rollout worker), raise that exception, so the CLI prints its
+    message rather than Ray's remote traceback (kept as the chained cause). Ray's own failures (a
+    dead actor) pass through as they are."""
+    from ray.exceptions import RayError, RayTaskError
+
+    try:
+        return get()
+    except RayTaskError as e:
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, Exception) and not isinstance(cause, RayError):
+            raise cause from e
+        raise
+
+
 class RolloutPool:
     def __init__(self, spec: WorkerSpec, store: Any, backend: str = "local", num_workers: int = 1) -> None:
         self.backend = backend
@@ -67,7 +83,8 @@ class RolloutPool:
             import ray
 
             try:
-                results = ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy])
+                results = unwrap_remote_error(
+                    lambda: ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy]))
             except ray.exceptions.ActorDiedError as e:
                 raise RuntimeError(
                     f"a rollout worker died more than distributed.max_worker_restarts="
@@ -104,7 +121,7 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            return {"workers": ray.get([w.state_dict.remote() for w in self.workers])}
+            return {"workers": unwrap_remote_error(lambda: ray.get([w.state_dict.remote() for w in self.workers]))}
         return {"workers": [w.state_dict() for w in self.workers]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -114,7 +131,7 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            ray.get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)])
+            unwrap_remote_error(lambda: ray.get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)]))
         else:
             for w, s in zip(self.workers, states):
                 w.load_state_dict(s)

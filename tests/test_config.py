@@ -273,7 +273,8 @@ def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> No
     from rollwise.planner.strategies import PART_OPTIONS
 
     general = {"strategy", "estimator", "selector", "allocator", "repair", "budget_rollouts", "budget_tokens",
-               "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema", "revisit_cooldown", "prior_counts"}
+               "success_threshold", "target_solve_rate", "filter_zero_variance", "length_ema", "revisit_cooldown", "prior_counts",
+               "seed"}
     assert set(PlannerConfig.model_fields) == general | set(PART_OPTIONS)
 
 
@@ -343,3 +344,11 @@ def test_settings_of_features_left_off_stay_quiet_where_on():
     # the same settings where their feature is on: nothing to say
     assert unused_settings(load_config(None, ["algo.beta=0.01", "algo.kl_estimator=k1", "algo.offpolicy_correction=tis",
                                               "algo.tis_cap=4"])) == []
+
+
+def test_planner_seed_is_read_by_planners_with_random_choices_only():
+    assert unused_settings(load_config(None, ["planner.seed=3"])) == []  # adaptive draws
+    got = unused_settings(load_config(None, ["planner.seed=3", "planner.strategy=uniform"]))
+    assert len(got) == 1 and got[0].startswith("planner.seed=3 has no effect")
+    assert unused_settings(load_config(None, ["planner.seed=3", "planner.strategy=uniform",
+                                              "planner.selector=posterior"])) == []

@@ -805,3 +805,11 @@ def test_score_per_token_trains_adaptive_on_the_prompts_answered_briefly() -> No
 def test_score_per_token_is_refused_where_no_part_reads_it() -> None:
     with pytest.raises(ValueError, match="score_per_token=True is read only by planner.selector=posterior"):
         make("uniform", score_per_token=True)
+
+
+def test_planner_seed_changes_the_planners_draws_and_nothing_else():
+    base, same, other = make("adaptive"), make("adaptive", seed=0), make("adaptive", seed=1)
+    state = lambda pl: pl.rng.bit_generator.state["state"]["state"]  # noqa: E731
+    assert state(base) == state(same)  # planner.seed unset means run.seed (0 here)
+    assert state(other) != state(base)
+    assert other.stream.take(len(UIDS)) == base.stream.take(len(UIDS))  # the data order stays run.seed's

@@ -425,6 +425,10 @@ class PlannerConfig(_Section):
         "rollouts are not counted in the run's budget. Only strategies whose parts read the estimator take it "
         "(mopps, vade, knapsack, e3, adaptive). Rows for prompts outside the pool are ignored; a file with none "
         "in the pool is an error. A resumed run takes the belief from its checkpoint, not from the file.")
+    seed: int | None = Field(
+        None, description="Seed of the planner's own random choices (posterior draws, skip draws, quota draws); "
+        "None: run.seed. Changing it alone keeps the data order and the engine's sampling seed, so repeats of one "
+        "run.seed measure how much a run moves by the planner's draws alone.")
 
 
 class EvalConfig(_Section):
@@ -629,6 +633,9 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "distributed.max_worker_restarts": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
+    "planner.seed": (lambda c: c.planner.strategy != "uniform" or c.planner.selector not in (None, "all")
+                     or c.planner.allocator not in (None, "fixed"),
+                     "a planner with random choices (any strategy but plain uniform)"),
     "eval.save_best": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
                                       "eval.early_stopping_patience > 0 or eval.save_best=true"),

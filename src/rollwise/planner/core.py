@@ -58,7 +58,8 @@ class ComposedPlanner:
         self.cfg = cfg
         self.filter_zero_variance = filter_zero_variance
         self.success_threshold = float(cfg.success_threshold)
-        self.rng = np.random.default_rng([seed, 7919])
+        own = getattr(cfg, "seed", None)  # planner.seed: the decisions' stream apart from the data order
+        self.rng = np.random.default_rng([seed if own is None else own, 7919])
         self.length_estimate = max_completion_length / 2
         self.token_carry = 0.0
         self.cooldown = int(cfg.revisit_cooldown)

@@ -58,8 +58,8 @@ class ComposedPlanner:
         self.cfg = cfg
         self.filter_zero_variance = filter_zero_variance
         self.success_threshold = float(cfg.success_threshold)
-        own = getattr(cfg, "seed", None)  # planner.seed: the decisions' stream apart from the data order
-        self.rng = np.random.default_rng([seed if own is None else own, 7919])
+        # planner.seed: the decisions' random stream apart from the data order (run.seed's)
+        self.rng = np.random.default_rng([seed if cfg.seed is None else cfg.seed, 7919])
         self.length_estimate = max_completion_length / 2
         self.token_carry = 0.0
         self.cooldown = int(cfg.revisit_cooldown)

@@ -222,8 +222,8 @@ class PolicyTrainer:
         tok_w = in_w = 0.0
         self.model.train()
         lr = 0.0  # the rate of the last update, for the metrics
+        before, after = budget if budget is not None else (0.0, 0.0)
         for it in range(a.num_iterations):
-            before, after = budget if budget is not None else (0.0, 0.0)
             lr = self._apply_lr(before + (after - before) * it / a.num_iterations)
             self.optimizer.zero_grad(set_to_none=True)
             total_loss = 0.0

@@ -346,7 +346,7 @@ def test_truncated_reward_rescores_cut_training_samples_through_the_cli(tiny_mod
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tmp_path, mode):
+def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tmp_path, mode, capsys):
     """train.max_rollout_tokens ends the run long before train.max_steps; a linear schedule then
     decays over the tokens spent (update k at 1 - tokens before step k / budget), not over max_steps."""
     extra = ["train.max_rollout_tokens=300", "train.lr_scheduler=linear", "eval.at_start=false"]
@@ -359,3 +359,17 @@ def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tm
     before = [0.0, *totals[:-1]]
     assert [r["train/lr"] for r in lines] == pytest.approx([0.003 * (1 - b / 300) for b in before])
     assert (tmp_path / mode / "checkpoints" / f"step_{len(lines):06d}").is_dir()
+    assert "never decayed" not in capsys.readouterr().err  # the decay ran: no warm-up warning
+
+
+def test_token_budget_ending_in_warm_up_warns_that_the_schedule_never_decayed(tiny_model_dir, tmp_path, capsys):
+    """A token budget that stops the run while the warm-up still lasts: the config check cannot
+    see it coming (it knows updates, not tokens), so the run says so when it stops."""
+    extra = ["train.max_rollout_tokens=300", "train.lr_scheduler=cosine", "train.warmup_steps=30", "eval.at_start=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "warm_budget", 40, extra)]) == 0
+    n = len(_train_lines(tmp_path / "warm_budget"))
+    assert n < 30
+    err = capsys.readouterr().err
+    assert (f"rollwise: warning: the rollout-token budget (train.max_rollout_tokens=300) ended the run after {n} "
+            f"optimizer updates, within the warm-up of train.warmup_steps=30: train.lr_scheduler=cosine never "
+            "decayed the learning rate") in err

@@ -272,7 +272,7 @@ class TrainConfig(_Section):
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field(
         "constant", description="Decay after warm-up, to 0 at the end of the run: after train.max_steps x "
         "algo.num_iterations updates or, with train.max_rollout_tokens, once that many tokens are generated, "
-        "whichever comes first.")
+        "whichever comes first (a token budget that ends the run within the warm-up is warned about when it stops).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip.")
     micro_batch_size: int = Field(16, gt=0, description="Sequences per forward/backward (bounds memory).")
     logprob_chunk: int = Field(1024, gt=0, description="Tokens per chunk when gathering log-probs.")

@@ -359,7 +359,10 @@ def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tm
     before = [0.0, *totals[:-1]]
     assert [r["train/lr"] for r in lines] == pytest.approx([0.003 * (1 - b / 300) for b in before])
     assert (tmp_path / mode / "checkpoints" / f"step_{len(lines):06d}").is_dir()
-    assert "never decayed" not in capsys.readouterr().err  # the decay ran: no warm-up warning
+    err = capsys.readouterr().err
+    assert (f"rollwise: step {len(lines)}: the rollout-token budget is spent ({totals[-1]:,.0f} tokens generated, "
+            "train.max_rollout_tokens=300); the run stops before train.max_steps=40") in err
+    assert "never decayed" not in err  # the decay ran: no warm-up warning
 
 
 def test_token_budget_ending_in_warm_up_warns_that_the_schedule_never_decayed(tiny_model_dir, tmp_path, capsys):

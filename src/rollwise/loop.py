@@ -504,22 +504,27 @@ def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:
                     run.cfg.run.keep_checkpoints)
 
 
-def warn_budget_ended_in_warm_up(cfg: Config, last_step: int, tokens: float) -> None:
-    """The config check of train.lr_scheduler knows updates, not tokens: a rollout-token budget that
-    stops the run before the warm-up is over is only seen when it happens."""
+def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
+    """When train.max_rollout_tokens ended the run before train.max_steps, say so on stderr (the
+    progress bar stops short of its total otherwise without a word). The config check of
+    train.lr_scheduler knows updates, not tokens, so a budget spent within the warm-up is warned
+    about here too."""
     t = cfg.train
-    updates = last_step * cfg.algo.num_iterations
-    if (t.max_rollout_tokens is None or tokens < t.max_rollout_tokens or last_step >= t.max_steps
-            or t.lr_scheduler == "constant" or updates > t.warmup_steps):
+    if t.max_rollout_tokens is None or tokens < t.max_rollout_tokens or last_step >= t.max_steps:
         return
-    print(f"rollwise: warning: the rollout-token budget (train.max_rollout_tokens={t.max_rollout_tokens}) ended the run "
-          f"after {updates} optimizer updates, within the warm-up of train.warmup_steps={t.warmup_steps}: "
-          f"train.lr_scheduler={t.lr_scheduler} never decayed the learning rate; lower train.warmup_steps or raise "
-          "the budget", file=sys.stderr)
+    print(f"rollwise: step {last_step}: the rollout-token budget is spent ({tokens:,.0f} tokens generated, "
+          f"train.max_rollout_tokens={t.max_rollout_tokens}); the run stops before train.max_steps={t.max_steps}",
+          file=sys.stderr)
+    updates = last_step * cfg.algo.num_iterations
+    if t.lr_scheduler != "constant" and updates <= t.warmup_steps:
+        print(f"rollwise: warning: the rollout-token budget (train.max_rollout_tokens={t.max_rollout_tokens}) ended "
+              f"the run after {updates} optimizer updates, within the warm-up of train.warmup_steps={t.warmup_steps}: "
+              f"train.lr_scheduler={t.lr_scheduler} never decayed the learning rate; lower train.warmup_steps or "
+              "raise the budget", file=sys.stderr)
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
-    warn_budget_ended_in_warm_up(run.cfg, last_step, run.totals["tokens"])
+    say_budget_stop(run.cfg, last_step, run.totals["tokens"])
     if run.cfg.eval.at_end and last_step > run.start_step:  # the async loop's own final evaluation is reused
         run.result.eval_after = final_eval(run, last_step)
     run.tracker.close()

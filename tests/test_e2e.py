@@ -365,6 +365,19 @@ def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tm
     assert "never decayed" not in err  # the decay ran: no warm-up warning
 
 
+def test_resuming_a_run_that_spent_its_token_budget_trains_only_with_a_larger_budget(tiny_model_dir, tmp_path, capsys):
+    extra = ["train.max_rollout_tokens=150", "eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "spent", 40, extra)]) == 0
+    n = len(_train_lines(tmp_path / "spent"))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "spent")]) == 0  # nothing over the budget
+    assert len(_train_lines(tmp_path / "spent")) == n
+    assert (f"rollwise: step {n}: the rollout-token budget was already spent") in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "spent"), "train.max_rollout_tokens=300"]) == 0
+    lines = _train_lines(tmp_path / "spent")
+    assert len(lines) > n and lines[-1]["rollout/tokens_total"] >= 300 > lines[-2]["rollout/tokens_total"]
+
+
 def test_token_budget_ending_in_warm_up_warns_that_the_schedule_never_decayed(tiny_model_dir, tmp_path, capsys):
     """A token budget that stops the run while the warm-up still lasts: the config check cannot
     see it coming (it knows updates, not tokens), so the run says so when it stops."""

@@ -300,9 +300,22 @@ def final_eval(run: Run, last_step: int, save_best: Callable[[int, float], None]
 
 
 def steps_to_train(run: Run, progress: StepProgress) -> range:
-    """The steps the loop runs: none when a resumed run had already stopped early (it says so)."""
+    """The steps the loop runs: none when a resumed run had already stopped early or spent its
+    rollout-token budget (it says so)."""
     return range(run.start_step, run.start_step if stopped_early(run, run.start_step, progress)
-                 else run.cfg.train.max_steps)
+                 or budget_spent_before(run, progress) else run.cfg.train.max_steps)
+
+
+def budget_spent_before(run: Run, progress: StepProgress) -> bool:
+    """A resumed run whose train.max_rollout_tokens was already spent: say so rather than generate
+    one more batch over the budget."""
+    cap = run.cfg.train.max_rollout_tokens
+    if cap is None or run.totals["tokens"] < cap or run.start_step >= run.cfg.train.max_steps:
+        return False
+    text = (f"step {run.start_step}: the rollout-token budget was already spent ({run.totals['tokens']:,.0f} tokens "
+            f"generated, train.max_rollout_tokens={cap}); to train on, resume with a larger train.max_rollout_tokens")
+    progress.note(text) if progress.enabled else print(f"rollwise: {text}", file=sys.stderr)
+    return True
 
 
 def stopped_early(run: Run, step: int, progress: StepProgress) -> bool:
@@ -524,7 +537,8 @@ def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
-    say_budget_stop(run.cfg, last_step, run.totals["tokens"])
+    if last_step > run.start_step:  # a resumed run that trained nothing has said why already
+        say_budget_stop(run.cfg, last_step, run.totals["tokens"])
     if run.cfg.eval.at_end and last_step > run.start_step:  # the async loop's own final evaluation is reused
         run.result.eval_after = final_eval(run, last_step)
     run.tracker.close()

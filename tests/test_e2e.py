@@ -60,6 +60,7 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "held-out accuracy" in out
     assert "planner" in out and "adaptive" in out and "effective ratio (mean)" in out  # the default planner, named
+    assert "stopped by" in out and "train.max_steps=8" in out
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000
     assert main(["eval", str(run), "run.progress=false"]) == 0

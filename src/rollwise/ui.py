@@ -74,13 +74,34 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _planner_strategy(run_dir: Path) -> str | None:
-    """The run's planner.strategy from its config.yaml (None when the file is missing or unreadable)."""
+def _run_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config.yaml as written ({} when the file is missing or unreadable)."""
     try:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        return str(cfg["planner"]["strategy"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, yaml.YAMLError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Path | str = "RUN_DIR") -> str | None:
+    """Why the run's last step is its last, from its config and metrics: train.max_steps, the
+    rollout-token budget, early stopping, or not finished (killed, or still running)."""
+    train, ev = cfg.get("train") or {}, cfg.get("eval") or {}
+    steps = [h for h in history if "rollout/reward_mean" in h]
+    if not steps or "max_steps" not in train:
         return None
+    last, max_steps = steps[-1]["step"], train["max_steps"]
+    budget, tokens = train.get("max_rollout_tokens"), steps[-1].get("rollout/tokens_total", 0)
+    since = [h["eval/evals_since_best"] for h in history if "eval/evals_since_best" in h]
+    patience = ev.get("early_stopping_patience") or 0
+    if last >= max_steps:
+        return f"train.max_steps={max_steps}"
+    if budget is not None and tokens >= budget:
+        return f"the rollout-token budget (train.max_rollout_tokens={budget}) at step {last} of {max_steps}"
+    if patience and since and since[-1] >= patience:
+        return f"early stopping (eval.early_stopping_patience={patience}) at step {last} of {max_steps}"
+    return (f"not finished: step {last} of {max_steps} (killed, or still running); "
+            f"`rollwise train --resume {run_dir}` continues from its last checkpoint")
 
 
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
@@ -88,10 +109,16 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     from rollwise.tracking import read_metrics
     from rollwise.training.best import best_dir, read_best
 
-    summary = summarize(read_metrics(run_dir, warn=False))  # the report's plot has said it already
-    strategy = _planner_strategy(run_dir)
+    history = read_metrics(run_dir, warn=False)  # the report's plot has said it already
+    summary = summarize(history)
+    cfg = _run_config(run_dir)
+    reason = stop_reason(cfg, history, run_dir)
+    if reason:
+        summary = {"steps": summary["steps"], "stopped by": reason, **summary}
+    planner = cfg.get("planner")
+    strategy = planner.get("strategy") if isinstance(planner, dict) else None
     if strategy:
-        summary = {"planner": strategy, **summary}
+        summary = {"planner": str(strategy), **summary}
     env = load_environment(run_dir)
     if env:
         cpu, pk = env["cpu"], env["packages"]

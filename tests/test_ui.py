@@ -1,0 +1,39 @@
+"""The end-of-run summary: why the run stopped, read from its config and metrics."""
+
+from rollwise.ui import stop_reason
+
+CFG = {"train": {"max_steps": 10, "max_rollout_tokens": None}, "eval": {"early_stopping_patience": 0}}
+
+
+def _steps(n, tokens_per_step=100):
+    return [{"step": k, "rollout/reward_mean": 0.5, "rollout/tokens_total": k * tokens_per_step} for k in range(1, n + 1)]
+
+
+def test_a_run_that_reached_max_steps():
+    assert stop_reason(CFG, _steps(10)) == "train.max_steps=10"
+
+
+def test_a_run_stopped_by_its_token_budget():
+    cfg = {**CFG, "train": {"max_steps": 10, "max_rollout_tokens": 450}}
+    assert stop_reason(cfg, _steps(5)) == "the rollout-token budget (train.max_rollout_tokens=450) at step 5 of 10"
+    # under the budget and short of max_steps: not a budget stop
+    assert stop_reason(cfg, _steps(4), "runs/x").startswith("not finished: step 4 of 10")
+
+
+def test_a_run_stopped_early_by_its_evaluations():
+    cfg = {**CFG, "eval": {"early_stopping_patience": 2}}
+    evals = [{"step": 2, "eval/accuracy": 0.3, "eval/evals_since_best": 0},
+             {"step": 4, "eval/accuracy": 0.2, "eval/evals_since_best": 1},
+             {"step": 6, "eval/accuracy": 0.2, "eval/evals_since_best": 2}]
+    assert stop_reason(cfg, _steps(6) + evals) == "early stopping (eval.early_stopping_patience=2) at step 6 of 10"
+    assert stop_reason(cfg, _steps(6) + evals[:2], "runs/x").startswith("not finished")
+
+
+def test_an_unfinished_run_says_how_to_continue_it():
+    assert stop_reason(CFG, _steps(3), "runs/r1") == ("not finished: step 3 of 10 (killed, or still running); "
+                                                       "`rollwise train --resume runs/r1` continues from its last checkpoint")
+
+
+def test_nothing_to_say_without_steps_or_config():
+    assert stop_reason(CFG, []) is None
+    assert stop_reason({}, _steps(3)) is None

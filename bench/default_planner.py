@@ -10,7 +10,9 @@ uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE
 Both strategies run the same number of steps (the default job is bounded by steps and time, not
 tokens), one torch thread each, so that two runs share the 2 cores. Each run is
 `rollwise train run.seed=N planner.strategy=S run.torch_threads=1`; held-out accuracy is the
-job's own greedy evaluation on its 300 items, before and after.
+job's own greedy evaluation on its 300 items, before and after. A killed run resumes from its last
+checkpoint when the command is run again; a finished run's checkpoints are deleted (about 3 GB a
+run; `--keep-checkpoints` keeps them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +34,7 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant.replace(':', '_').replace('=', '-')}-seed{seed}"
 
 
-def train(out: Path, seed: int, variant: str) -> None:
+def train(out: Path, seed: int, variant: str, keep_checkpoints: bool = False) -> None:
     name = run_name(variant, seed)
     if (out / name / "metrics.jsonl").is_file() and result(out / name):
         print(f"{name}: done already", flush=True)
@@ -45,6 +48,8 @@ def train(out: Path, seed: int, variant: str) -> None:
     with open(out / f"{name}.log", "w") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if not keep_checkpoints:  # the table reads metrics.jsonl only; two checkpoints of a run are about 3 GB
+        shutil.rmtree(out / name / "checkpoints", ignore_errors=True)
     print(f"{name}: finished", flush=True)
 
 
@@ -99,6 +104,8 @@ def main() -> int:
     ap.add_argument("--variants", nargs=2, default=list(STRATEGIES), metavar=("A", "B"),
                     help="the two planners, NAME[:KEY=VALUE...] (default: uniform adaptive); the table reports B - A")
     ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
+    ap.add_argument("--keep-checkpoints", action="store_true",
+                    help="keep each finished run's checkpoints (by default deleted once it finishes: about 3 GB a run)")
     args = ap.parse_args()
     out = Path(args.out)
     variants = tuple(args.variants)
@@ -106,7 +113,7 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         jobs = [(s, st) for s in args.seeds for st in variants]
         with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
-            list(pool.map(lambda job: train(out, *job), jobs))
+            list(pool.map(lambda job: train(out, *job, keep_checkpoints=args.keep_checkpoints), jobs))
     return report(out, args.seeds, variants)
 
 

@@ -306,15 +306,24 @@ def steps_to_train(run: Run, progress: StepProgress) -> range:
                  or budget_spent_before(run, progress) else run.cfg.train.max_steps)
 
 
+def token_budget_spent(cfg: Config, tokens: float) -> bool:
+    """train.max_rollout_tokens is set and `tokens` generated reach it."""
+    return cfg.train.max_rollout_tokens is not None and tokens >= cfg.train.max_rollout_tokens
+
+
+def say(progress: StepProgress, text: str) -> None:
+    """A line above the progress bar, or on stderr when there is no bar."""
+    progress.note(text) if progress.enabled else print(f"rollwise: {text}", file=sys.stderr)
+
+
 def budget_spent_before(run: Run, progress: StepProgress) -> bool:
     """A resumed run whose train.max_rollout_tokens was already spent: say so rather than generate
     one more batch over the budget."""
-    cap = run.cfg.train.max_rollout_tokens
-    if cap is None or run.totals["tokens"] < cap or run.start_step >= run.cfg.train.max_steps:
+    if not token_budget_spent(run.cfg, run.totals["tokens"]) or run.start_step >= run.cfg.train.max_steps:
         return False
-    text = (f"step {run.start_step}: the rollout-token budget was already spent ({run.totals['tokens']:,.0f} tokens "
-            f"generated, train.max_rollout_tokens={cap}); to train on, resume with a larger train.max_rollout_tokens")
-    progress.note(text) if progress.enabled else print(f"rollwise: {text}", file=sys.stderr)
+    say(progress, f"step {run.start_step}: the rollout-token budget was already spent ({run.totals['tokens']:,.0f} "
+        f"tokens generated, train.max_rollout_tokens={run.cfg.train.max_rollout_tokens}); to train on, resume with a "
+        "larger train.max_rollout_tokens")
     return True
 
 
@@ -323,8 +332,7 @@ def stopped_early(run: Run, step: int, progress: StepProgress) -> bool:
     if run.best.should_stop:
         again = (" (when the run was checkpointed); to train on, resume with a larger eval.early_stopping_patience "
                  "or 0") if step == run.start_step else ""
-        text = f"step {step}: {run.best.stop_note()}{again}"
-        progress.note(text) if progress.enabled else print(f"rollwise: {text}", file=sys.stderr)  # said even without a bar
+        say(progress, f"step {step}: {run.best.stop_note()}{again}")  # said even without a bar
     return run.best.should_stop
 
 
@@ -491,9 +499,7 @@ def report_step(run: Run, step: int, p: Produced, metrics: dict[str, float], pro
 
 def is_last_step(run: Run, step: int) -> bool:
     """After `step` updates: max_steps reached or the rollout token budget spent."""
-    cfg = run.cfg
-    budget_spent = cfg.train.max_rollout_tokens is not None and run.totals["tokens"] >= cfg.train.max_rollout_tokens
-    return step == cfg.train.max_steps or budget_spent
+    return step == run.cfg.train.max_steps or token_budget_spent(run.cfg, run.totals["tokens"])
 
 
 def is_eval_step(cfg: Config, step: int) -> bool:
@@ -523,7 +529,7 @@ def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
     train.lr_scheduler knows updates, not tokens, so a budget spent within the warm-up is warned
     about here too."""
     t = cfg.train
-    if t.max_rollout_tokens is None or tokens < t.max_rollout_tokens or last_step >= t.max_steps:
+    if not token_budget_spent(cfg, tokens) or last_step >= t.max_steps:
         return
     print(f"rollwise: step {last_step}: the rollout-token budget is spent ({tokens:,.0f} tokens generated, "
           f"train.max_rollout_tokens={t.max_rollout_tokens}); the run stops before train.max_steps={t.max_steps}",

@@ -352,3 +352,15 @@ def test_planner_seed_is_read_by_planners_with_random_choices_only():
     assert len(got) == 1 and got[0].startswith("planner.seed=3 has no effect")
     assert unused_settings(load_config(None, ["planner.seed=3", "planner.strategy=uniform",
                                               "planner.selector=posterior"])) == []
+
+
+def test_config_changes_name_each_changed_leaf_with_old_and_new():
+    from rollwise.config import config_changes
+
+    old = {"train": {"max_steps": 2, "lr": 1e-6}, "reward": {"functions": [{"name": "a"}]}, "run": {"seed": 0}}
+    new = {"train": {"max_steps": 4, "lr": 1e-6}, "reward": {"functions": [{"name": "b"}]}, "run": {"seed": 0},
+           "planner": {"strategy": "dapo"}}
+    assert config_changes(old, new) == {"train.max_steps": [2, 4],
+                                        "reward.functions": [[{"name": "a"}], [{"name": "b"}]],
+                                        "planner.strategy": [None, "dapo"]}
+    assert config_changes(new, new) == {}

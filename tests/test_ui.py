@@ -37,3 +37,21 @@ def test_an_unfinished_run_says_how_to_continue_it():
 def test_nothing_to_say_without_steps_or_config():
     assert stop_reason(CFG, []) is None
     assert stop_reason({}, _steps(3)) is None
+
+
+def test_each_resume_is_named_with_the_settings_it_changed(tmp_path, capsys):
+    import json
+
+    from rollwise.ui import print_summary, resumes
+
+    envs = [{"resumed_from_step": None}, {"resumed_from_step": 2, "config_changes": {"train.max_steps": [2, 4]}},
+            {"resumed_from_step": 3}]
+    assert resumes(envs) == "step 2 (train.max_steps: 2 -> 4); step 3"
+    assert resumes(envs[:1]) is None and resumes([]) is None
+    from rollwise.environment import describe_environment
+
+    (tmp_path / "environment.json").write_text(json.dumps([{**describe_environment(), **e} for e in envs]))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({**s, "time/step_s": 1.0, "time/generate_s": 0.5}) + "\n" for s in _steps(3)))
+    summary = print_summary(tmp_path)
+    assert summary["resumed at"] == "step 2 (train.max_steps: 2 -> 4); step 3"
+    assert "resumed at" in capsys.readouterr().out

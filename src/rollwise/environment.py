@@ -133,6 +133,11 @@ def _entries(path: Path) -> list[dict[str, Any]]:
     return loaded if isinstance(loaded, list) else [loaded]
 
 
+def environment_entries(run_dir: Path) -> list[dict[str, Any]]:
+    """Every recorded entry: the start, then one per resume (none for older run folders)."""
+    return _entries(Path(run_dir) / FILENAME)
+
+
 def load_environment(run_dir: Path) -> dict[str, Any] | None:
     """The environment a run started in, or None where none was recorded (older run folders)."""
     entries = _entries(Path(run_dir) / FILENAME)

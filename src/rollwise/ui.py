@@ -104,8 +104,20 @@ def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Pat
             f"`rollwise train --resume {run_dir}` continues from its last checkpoint")
 
 
+def resumes(envs: list[dict[str, Any]]) -> str | None:
+    """Where the run was resumed and what each resume changed, from environment.json's entries
+    ("step 2 (train.max_steps: 2 -> 4); step 5"); None for a run never resumed."""
+    parts = []
+    for e in envs:
+        if e.get("resumed_from_step") is None:
+            continue
+        changed = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in (e.get("config_changes") or {}).items())
+        parts.append(f"step {e['resumed_from_step']}" + (f" ({changed})" if changed else ""))
+    return "; ".join(parts) or None
+
+
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
-    from rollwise.environment import load_environment
+    from rollwise.environment import environment_entries, load_environment
     from rollwise.tracking import read_metrics
     from rollwise.training.best import best_dir, read_best
 
@@ -119,6 +131,9 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     strategy = planner.get("strategy") if isinstance(planner, dict) else None
     if strategy:
         summary = {"planner": str(strategy), **summary}
+    resumed = resumes(environment_entries(run_dir))
+    if resumed:
+        summary["resumed at"] = resumed
     env = load_environment(run_dir)
     if env:
         cpu, pk = env["cpu"], env["packages"]

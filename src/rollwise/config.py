@@ -125,8 +125,8 @@ class RewardConfig(_Section):
     functions: list[RewardSpec] = Field(
         default_factory=lambda: [RewardSpec(name="reasoning_gym", weight=1.0)], min_length=1,
         description="Reward functions and weights; the reward is their weighted sum. The first one also decides "
-        "which samples count as correct (held-out accuracy, pass@k, replay, `rollout/accuracy`): a sample it "
-        "scores 1.",
+        "which samples count as correct (held-out accuracy, pass@k, `rollout/accuracy`, `rollout/groups`): a sample it "
+        "scores 1. The planner and the replay bank read the total reward instead (planner.success_threshold).",
     )
     timeout: float = Field(5.0, gt=0, description="Seconds one reward call may take before it scores 0.")
     truncated_reward: float | None = Field(

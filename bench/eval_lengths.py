@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rollwise.compare import evaluations
 from rollwise.tracking import read_metrics
 
 _spec = importlib.util.spec_from_file_location("planner_bench", Path(__file__).parent / "planner.py")
@@ -41,7 +42,7 @@ def evals(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     NaN where the run did not log it) at each evaluation of a run."""
     hist = read_metrics(run_dir)
     cut = [h.get("eval/truncated_frac", float("nan")) for h in hist if "eval/accuracy" in h]
-    rows = [(*r, c) for r, c in zip(planner.evaluations(hist), cut) if r[2] is not None]
+    rows = [(*r, c) for r, c in zip(evaluations(hist), cut) if r[2] is not None]
     return tuple(np.array(c, dtype=float) for c in zip(*rows))  # type: ignore[return-value]
 
 

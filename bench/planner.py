@@ -46,11 +46,12 @@ from pathlib import Path
 
 import numpy as np
 
+from rollwise.compare import curve as run_curve
+from rollwise.compare import tokens_to_reach
 from rollwise.config import load_config
 from rollwise.environment import compare_environments, load_environment
 from rollwise.loop import train
 from rollwise.sim.command import parse_strategy
-from rollwise.tracking import read_metrics
 
 DEFAULT = ["uniform", "dapo", "mopps:estimator=irt:selection_score=expected", "adaptive"]
 
@@ -59,34 +60,11 @@ def label(text: str) -> str:
     return text.replace(":", "+").replace("=", "-")
 
 
-def evaluations(hist: list[dict]) -> list[tuple[float, float, float | None]]:
-    """(cumulative rollout tokens, held-out accuracy, mean held-out answer length or None) at each
-    evaluation of a run's metrics history."""
-    tokens_at = {0: 0.0}
-    for h in hist:
-        if "rollout/tokens_total" in h:
-            tokens_at[h["step"]] = h["rollout/tokens_total"]
-    return [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"], h.get("eval/response_len_mean"))
-            for h in hist if "eval/accuracy" in h]
-
-
 def curve(run_dir: Path, max_step: int | None = None) -> dict:
-    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals."""
-    hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
-    evals = evaluations(hist)
-    eff = [h["planner/effective_ratio"] for h in hist if "planner/effective_ratio" in h]
-    lengths = [n for _, _, n in evals if n is not None]
-    steps = max([0, *(h["step"] for h in hist if "rollout/tokens_total" in h)])
-    return {"points": [(t, a) for t, a, _ in evals], "steps": steps,
-            "effective_ratio": statistics.mean(eff) if eff else 0.0,
-            "answer_length": [lengths[0], lengths[-1]] if lengths else None}
-
-
-def tokens_to_reach(points: list, target: float) -> float | None:
-    for tok, acc in points:
-        if acc >= target - 1e-9:
-            return tok
-    return None
+    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and run totals (an
+    effective ratio of 0 where the strategy logs none)."""
+    c = run_curve(run_dir, max_step)
+    return {**c, "effective_ratio": c["effective_ratio"] or 0.0}
 
 
 GRID = np.linspace(0.0, 1.0, 201)

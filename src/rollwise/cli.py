@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   rollwise train --resume runs/20261130-101500 train.max_steps=60
   rollwise eval runs/20261130-101500               # score a run's last checkpoint
   rollwise report runs/20261130-101500             # plots + summary
+  rollwise report runs/uniform runs/adaptive       # runs side by side: accuracy against rollout tokens
   rollwise export runs/20261130-101500 out/model   # the trained model as a Hugging Face folder
   rollwise options                                 # every config key, default and meaning
 """
@@ -73,9 +74,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rollwise.report import plot_run
     from rollwise.ui import print_summary
 
-    run_dir = Path(args.run_dir)
-    png = plot_run(run_dir)
-    print_summary(run_dir)
+    run_dirs = [Path(d) for d in args.run_dirs]
+    if len(run_dirs) > 1:
+        from rollwise.compare import report_runs
+
+        report_runs(run_dirs, Path(args.output or "compare.png"))
+        return 0
+    png = plot_run(run_dirs[0], Path(args.output) if args.output else None)
+    print_summary(run_dirs[0])
     print(f"plots: {png}")
     return 0
 
@@ -116,9 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
     e.set_defaults(func=cmd_eval)
 
-    r = sub.add_parser("report", help="plot a run (PNG) and print its summary",
-                       description="Draw a run's metrics into RUN_DIR/report.png and print its summary table.")
-    r.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (runs/<name>) with a metrics.jsonl")
+    r = sub.add_parser("report", help="plot a run (PNG) and print its summary, or compare runs",
+                       description="One run: draw its metrics into RUN_DIR/report.png and print its summary table. "
+                       "Several runs: print the settings that differ between them and a table of held-out accuracy "
+                       "against rollout tokens, the first run the baseline (its share of the first run's tokens, and the "
+                       "tokens each run needed to reach the first run's final accuracy), and draw the curves into "
+                       "compare.png.")
+    r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (runs/<name>) with a metrics.jsonl")
+    r.add_argument("-o", "--output", metavar="PNG", help="where to draw the plots (default: RUN_DIR/report.png for "
+                   "one run, ./compare.png for several)")
     r.set_defaults(func=cmd_report)
 
     o = sub.add_parser("options", help="list every config key with its default and meaning")

@@ -109,7 +109,8 @@ def unseen_solve_rate(steps: list[dict], block: int = 5) -> list[tuple[float, fl
     return out
 
 
-def plot_run(run_dir: Path) -> Path:
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Draw the run's panels into `out` (default RUN_DIR/report.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +137,8 @@ def plot_run(run_dir: Path) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    out = Path(run_dir) / "report.png"
+    out = Path(out) if out else Path(run_dir) / "report.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

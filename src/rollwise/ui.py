@@ -74,7 +74,7 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
+def run_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.yaml as written ({} when the file is missing or unreadable)."""
     try:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -123,7 +123,7 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
 
     history = read_metrics(run_dir, warn=False)  # the report's plot has said it already
     summary = summarize(history)
-    cfg = _run_config(run_dir)
+    cfg = run_config(run_dir)
     reason = stop_reason(cfg, history, run_dir)
     if reason:
         summary = {"steps": summary["steps"], "stopped by": reason, **summary}

@@ -1,0 +1,129 @@
+"""`rollwise report RUN_A RUN_B ...`: runs side by side, held-out accuracy against rollout tokens.
+
+The first run is the baseline: every other run is read as "how many rollout tokens did it need to
+reach the baseline's final held-out accuracy", the measure the planner exists to lower."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rollwise.config import leaves
+from rollwise.tracking import read_metrics
+from rollwise.ui import run_config
+
+# settings that name or place a run, not what it computed
+_NAMING = {"run.name", "run.output_dir"}
+
+
+def evaluations(hist: list[dict]) -> list[tuple[float, float, float | None]]:
+    """(cumulative rollout tokens, held-out accuracy, mean held-out answer length or None) at each
+    evaluation of a run's metrics history: an evaluation after step s sits at the tokens of steps 1..s."""
+    tokens_at = {0: 0.0}
+    for h in hist:
+        if "rollout/tokens_total" in h:
+            tokens_at[h["step"]] = h["rollout/tokens_total"]
+    return [(tokens_at.get(h["step"], 0.0), h["eval/accuracy"], h.get("eval/response_len_mean"))
+            for h in hist if "eval/accuracy" in h]
+
+
+def curve(run_dir: Path, max_step: int | None = None) -> dict[str, Any]:
+    """(cumulative rollout tokens, held-out accuracy) at each evaluation, and the run's totals."""
+    hist = [h for h in read_metrics(run_dir) if max_step is None or h["step"] <= max_step]
+    evals = evaluations(hist)
+    eff = [h["planner/effective_ratio"] for h in hist if "planner/effective_ratio" in h]
+    lengths = [n for _, _, n in evals if n is not None]
+    steps = [h for h in hist if "rollout/tokens_total" in h]
+    return {"points": [(t, a) for t, a, _ in evals], "steps": max([0, *(h["step"] for h in steps)]),
+            "tokens": max([0.0, *(h["rollout/tokens_total"] for h in steps)]),
+            "effective_ratio": statistics.mean(eff) if eff else None,
+            "answer_length": [lengths[0], lengths[-1]] if lengths else None}
+
+
+def tokens_to_reach(points: list, target: float) -> float | None:
+    """Rollout tokens at the first evaluation at or above `target` (None: never reached)."""
+    for tok, acc in points:
+        if acc >= target - 1e-9:
+            return tok
+    return None
+
+
+def differing_settings(configs: dict[str, dict[str, Any]]) -> list[str]:
+    """'KEY: value | value ...' (in the runs' order) for each setting whose value differs between them."""
+    flat = [leaves(c) for c in configs.values()]
+    keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in _NAMING]
+    return [f"{k}: {' | '.join(str(f.get(k, '-')) for f in flat)}" for k in keys
+            if len({repr(f.get(k)) for f in flat}) > 1]
+
+
+def compare_table(run_dirs: list[Path]) -> list[str]:
+    """A markdown table, one row per run, the first run the baseline."""
+    curves = [curve(d) for d in run_dirs]
+    base = curves[0]
+    target = base["points"][-1][1] if base["points"] else None
+    rows = ["| run | planner | steps | held-out accuracy, first -> last | rollout tokens | tokens / first run's "
+            "| tokens to the first run's final accuracy (share) | effective ratio |",
+            "|---|---|---|---|---|---|---|---|"]
+    for d, c in zip(run_dirs, curves):
+        planner = (run_config(d).get("planner") or {}).get("strategy", "-")
+        pts = c["points"]
+        acc = (f"{pts[0][1]:.1%} -> {pts[-1][1]:.1%} ({(pts[-1][1] - pts[0][1]) * 100:+.1f})" if pts
+               else "no evaluation")
+        share = f"{c['tokens'] / base['tokens']:.2f}" if base["tokens"] else "-"
+        reach = tokens_to_reach(pts, target) if target is not None else None
+        reached = "-" if target is None else "never" if reach is None else (
+            f"{reach:,.0f} ({reach / base['tokens']:.2f})" if base["tokens"] else f"{reach:,.0f}")
+        eff = "-" if c["effective_ratio"] is None else f"{c['effective_ratio']:.2f}"
+        rows.append(f"| {d} | {planner} | {c['steps']} | {acc} | {c['tokens']:,.0f} | {share} | {reached} | {eff} |")
+    return rows
+
+
+def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
+    """Held-out accuracy against rollout tokens and against step, and rollout tokens against step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for i, d in enumerate(run_dirs):
+        hist = read_metrics(d, warn=False)
+        evals = evaluations(hist)
+        steps = [h for h in hist if "rollout/tokens_total" in h]
+        style = {"color": f"C{i % 10}", "label": str(d), "marker": "o" if len(evals) < 30 else None}
+        if evals:
+            axes[0].plot([t for t, _, _ in evals], [a for _, a, _ in evals], **style)
+            axes[1].plot([h["step"] for h in hist if "eval/accuracy" in h], [a for _, a, _ in evals], **style)
+        axes[2].plot([h["step"] for h in steps], [h["rollout/tokens_total"] for h in steps],
+                     color=style["color"], label=str(d))
+    for ax, title, xlabel in zip(axes, ("held-out accuracy", "held-out accuracy", "rollout tokens (cumulative)"),
+                                 ("rollout tokens (cumulative)", "step", "step")):
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def report_runs(run_dirs: list[Path], out: Path) -> None:
+    """Print the comparison (settings that differ, environments that differ, the table) and draw it."""
+    from rollwise.environment import compare_environments, load_environment
+
+    for d in run_dirs:  # every folder checked before anything is printed
+        read_metrics(d, warn=False)
+    differ = differing_settings({str(d): run_config(d) for d in run_dirs})
+    print("settings that differ (in the order of the runs):" if differ else "the runs' settings are the same")
+    for line in differ:
+        print(f"  {line}")
+    envs = compare_environments({str(d): load_environment(d) for d in run_dirs})
+    if envs:  # a different CPU, dtype or library version changes a run's numbers as much as a setting
+        print("computed in different environments:\n  " + "\n  ".join(envs))
+    print()
+    print("\n".join(compare_table(run_dirs)))
+    print(f"\nplots: {plot_comparison(run_dirs, out)}")

@@ -1,0 +1,71 @@
+"""`rollwise report RUN_A RUN_B ...`: runs side by side against rollout tokens, hand-computed."""
+
+import json
+
+import yaml
+
+from rollwise.cli import main
+from rollwise.compare import compare_table, curve, differing_settings, tokens_to_reach
+
+
+def _run(path, strategy, seed, tokens_per_step, accs, eff=None):
+    """A run folder of 4 steps: evaluations at steps 0, 2 and 4 with `accs`."""
+    path.mkdir()
+    (path / "config.yaml").write_text(yaml.safe_dump({"run": {"name": path.name, "seed": seed},
+                                                      "planner": {"strategy": strategy}, "train": {"max_steps": 4}}))
+    rows = []
+    for step in range(5):
+        if step:
+            row = {"step": step, "rollout/reward_mean": 0.5, "rollout/tokens_total": step * tokens_per_step,
+                   "time/step_s": 1.0, "time/generate_s": 0.5}
+            if eff is not None:
+                row["planner/effective_ratio"] = eff
+            rows.append(row)
+        if step % 2 == 0:
+            rows.append({"step": step, "eval/accuracy": accs[step // 2], "eval/response_len_mean": 20.0})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_tokens_to_reach_is_the_first_evaluation_at_or_above_the_target():
+    pts = [(0, 0.2), (100, 0.3), (200, 0.5), (300, 0.4)]
+    assert tokens_to_reach(pts, 0.3) == 100 and tokens_to_reach(pts, 0.45) == 200 and tokens_to_reach(pts, 0.6) is None
+
+
+def test_curve_puts_each_evaluation_at_the_tokens_spent_before_it(tmp_path):
+    c = curve(_run(tmp_path / "u", "uniform", 0, 100, [0.2, 0.3, 0.4], eff=0.5))
+    assert c["points"] == [(0.0, 0.2), (200, 0.3), (400, 0.4)]
+    assert c["steps"] == 4 and c["effective_ratio"] == 0.5 and c["answer_length"] == [20.0, 20.0]
+
+
+def test_the_table_compares_every_run_with_the_first(tmp_path):
+    a = _run(tmp_path / "uni", "uniform", 0, 100, [0.2, 0.3, 0.4], eff=0.5)
+    b = _run(tmp_path / "ada", "adaptive", 1, 50, [0.2, 0.4, 0.45], eff=0.8)
+    c = _run(tmp_path / "low", "dapo", 0, 100, [0.2, 0.25, 0.3])
+    rows = compare_table([a, b, c])
+    assert rows[2].startswith(f"| {a} | uniform | 4 | 20.0% -> 40.0% (+20.0) | 400 | 1.00 | 400 (1.00) | 0.50 |")
+    # half the tokens in all; the first run's final 40% at its step-2 evaluation, after 100 tokens
+    assert rows[3].startswith(f"| {b} | adaptive | 4 | 20.0% -> 45.0% (+25.0) | 200 | 0.50 | 100 (0.25) | 0.80 |")
+    assert rows[4].startswith(f"| {c} | dapo | 4 | 20.0% -> 30.0% (+10.0) | 400 | 1.00 | never | - |")
+
+
+def test_differing_settings_leave_out_the_run_name():
+    configs = {"a": {"run": {"name": "a", "seed": 0}, "planner": {"strategy": "uniform"}},
+               "b": {"run": {"name": "b", "seed": 0}, "planner": {"strategy": "adaptive"}}}
+    assert differing_settings(configs) == ["planner.strategy: uniform | adaptive"]
+    assert differing_settings({"a": configs["a"], "c": configs["a"]}) == []
+
+
+def test_report_of_several_runs_prints_the_table_and_draws_one_png(tmp_path, capsys):
+    a = _run(tmp_path / "uni", "uniform", 0, 100, [0.2, 0.3, 0.4], eff=0.5)
+    b = _run(tmp_path / "ada", "adaptive", 0, 50, [0.2, 0.4, 0.45], eff=0.8)
+    png = tmp_path / "cmp.png"
+    assert main(["report", str(a), str(b), "-o", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "planner.strategy: uniform | adaptive" in out and "| 0.50 | 100 (0.25) |" in out and str(png) in out
+    assert png.stat().st_size > 1000
+    assert main(["report", str(a), str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
+    # one run: its own report, drawn where -o says
+    assert main(["report", str(a), "-o", str(tmp_path / "one" / "a.png")]) == 0
+    assert (tmp_path / "one" / "a.png").stat().st_size > 1000 and not (a / "report.png").exists()

@@ -4,6 +4,8 @@ uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE
 
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3            # 8 runs, two side by side, ~85 min
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3 --report   # the table from finished runs
+    .venv/bin/python bench/default_planner.py --seeds 20 21 30 31 --out bench/out/default_powered \
+        --also bench/out/default_today --report                           # pooled with an earlier study's folder
     .venv/bin/python bench/default_planner.py --variants adaptive adaptive:screen_threshold=0.7 --seeds 30 31 \
         --out bench/out/screen_threshold
 
@@ -64,18 +66,24 @@ def result(run_dir: Path) -> dict | None:
             "len_last": statistics.mean(r["rollout/response_len_mean"] for r in steps[-5:])}
 
 
-def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES) -> int:
+def find_run(folders: list[Path], name: str) -> Path | None:
+    """The first of `folders` holding the finished run `name` (metrics.jsonl present)."""
+    return next((f / name for f in folders if (f / name / "metrics.jsonl").is_file()), None)
+
+
+def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, also: list[Path] = ()) -> int:
     first, second = variants
-    runs = {(s, st): result(out / run_name(st, s)) for s in seeds for st in variants
-            if (out / run_name(st, s) / "metrics.jsonl").is_file()}
+    found = {(s, st): find_run([out, *also], run_name(st, s)) for s in seeds for st in variants}
+    runs = {key: result(d) for key, d in found.items() if d is not None}
     lines = [f"| seed | before | {first} after (gain) | {second} after (gain) | {second} - {first} | rollout tokens "
              f"{first} / {second} | response length, last 5 steps, {first} / {second} |", "|---|---|---|---|---|---|---|"]
-    diffs, gains = [], {st: [] for st in variants}
+    diffs, ratios, gains = [], [], {st: [] for st in variants}
     for s in seeds:
         u, a = runs.get((s, first)), runs.get((s, second))
         if not (u and a):
             continue
         diffs.append(a["after"] - u["after"])
+        ratios.append(a["tokens"] / u["tokens"])
         for st, r in ((first, u), (second, a)):
             gains[st].append(r["after"] - r["before"])
         lines.append(f"| {s} | {u['before']:.1%} | {u['after']:.1%} ({100 * (u['after'] - u['before']):+.1f}) "
@@ -90,8 +98,11 @@ def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES) 
                f"{second} - {first} {100 * statistics.mean(diffs):+.1f}")
     if len(diffs) > 1:
         se = 100 * statistics.stdev(diffs) / len(diffs) ** 0.5
-        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE), {second} ahead on "
+        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE; mean - 2 SE "
+                    f"{100 * statistics.mean(diffs) - 2 * se:+.1f}), {second} ahead on "
                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")
+    summary += (f"\nrollout tokens {second} / {first}: mean {statistics.mean(ratios):.2f} ({min(ratios):.2f}-"
+                f"{max(ratios):.2f}), fewer on {sum(r < 1 for r in ratios)} of {len(ratios)}")
     print(table + "\n\n" + summary)
     (out / "table.md").write_text(table + "\n\n" + summary + "\n")
     return 0
@@ -104,6 +115,9 @@ def main() -> int:
     ap.add_argument("--variants", nargs=2, default=list(STRATEGIES), metavar=("A", "B"),
                     help="the two planners, NAME[:KEY=VALUE...] (default: uniform adaptive); the table reports B - A")
     ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
+    ap.add_argument("--also", type=Path, nargs="+", default=[], metavar="DIR",
+                    help="with --report: look for the seeds' runs in these output folders too (a study pooled with "
+                    "an earlier one)")
     ap.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoints (by default deleted once it finishes: about 3 GB a run)")
     args = ap.parse_args()
@@ -114,7 +128,7 @@ def main() -> int:
         jobs = [(s, st) for s in args.seeds for st in variants]
         with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
             list(pool.map(lambda job: train(out, *job, keep_checkpoints=args.keep_checkpoints), jobs))
-    return report(out, args.seeds, variants)
+    return report(out, args.seeds, variants, args.also)
 
 
 if __name__ == "__main__":

@@ -24,3 +24,33 @@ def test_a_finished_run_loses_its_checkpoints_unless_kept(tmp_path, monkeypatch)
     assert not (tmp_path / "uniform-seed20" / "checkpoints").exists()
     bench.train(tmp_path, 21, "adaptive", keep_checkpoints=True)
     assert (tmp_path / "adaptive-seed21" / "checkpoints" / "step_000040").is_dir()
+
+
+def _finished(folder: Path, name: str, before: float, after: float, tokens: float) -> None:
+    import json
+
+    rows = [{"step": 0, "eval/accuracy": before}]
+    rows += [{"step": s, "time/step_s": 1.0, "rollout/tokens_total": tokens * s / 40, "rollout/rollouts_total": s,
+              "rollout/response_len_mean": 10.0} for s in range(1, 41)]
+    rows.append({"step": 40, "eval/accuracy": after})
+    (folder / name).mkdir(parents=True)
+    (folder / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_report_pools_folders_and_gives_the_lower_bound_and_token_ratio(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _finished(a, "uniform-seed1", 0.2, 0.30, 1000)
+    _finished(a, "adaptive-seed1", 0.2, 0.32, 800)
+    _finished(b, "uniform-seed2", 0.2, 0.30, 1000)
+    _finished(b, "adaptive-seed2", 0.2, 0.26, 1200)
+    _finished(b, "uniform-seed3", 0.2, 0.30, 1000)
+    _finished(b, "adaptive-seed3", 0.2, 0.33, 500)
+    assert bench.report(a, [1, 2, 3], also=[b]) == 0
+    out = capsys.readouterr().out
+    # differences +2, -4, +3 points: mean +0.3, SD 3.79, SE 2.19; mean - 2 SE = -4.0
+    assert "adaptive - uniform +0.3 (SE 2.2" in out and "mean - 2 SE -4.0" in out
+    # token ratios 0.8, 1.2, 0.5: mean 0.83, fewer on 2 of 3
+    assert "rollout tokens adaptive / uniform: mean 0.83 (0.50-1.20), fewer on 2 of 3" in out
+    assert bench.report(a, [1, 2, 3]) == 0  # without --also: seed 1 alone
+    out = capsys.readouterr().out
+    assert "adaptive - uniform +2.0" in out and "SE" not in out and "mean 0.80 (0.80-0.80), fewer on 1 of 1" in out

@@ -47,6 +47,10 @@ def test_the_table_compares_every_run_with_the_first(tmp_path):
     # half the tokens in all; the first run's final 40% at its step-2 evaluation, after 100 tokens
     assert rows[3].startswith(f"| {b} | adaptive | 4 | 20.0% -> 45.0% (+25.0) | 200 | 0.50 | 100 (0.25) | 0.80 |")
     assert rows[4].startswith(f"| {c} | dapo | 4 | 20.0% -> 30.0% (+10.0) | 400 | 1.00 | never | - |")
+    # a run with no evaluation cannot be said to never reach it
+    lines = [ln for ln in (c / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" not in ln]
+    (c / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert compare_table([a, c])[3] == f"| {c} | dapo | 4 | no evaluation | 400 | 1.00 | - | - |"
 
 
 def test_differing_settings_leave_out_the_run_name():

@@ -72,7 +72,7 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
                else "no evaluation")
         share = f"{c['tokens'] / base['tokens']:.2f}" if base["tokens"] else "-"
         reach = tokens_to_reach(pts, target) if target is not None else None
-        reached = "-" if target is None else "never" if reach is None else (
+        reached = "-" if target is None or not pts else "never" if reach is None else (
             f"{reach:,.0f} ({reach / base['tokens']:.2f})" if base["tokens"] else f"{reach:,.0f}")
         eff = "-" if c["effective_ratio"] is None else f"{c['effective_ratio']:.2f}"
         rows.append(f"| {d} | {planner} | {c['steps']} | {acc} | {c['tokens']:,.0f} | {share} | {reached} | {eff} |")

@@ -109,6 +109,26 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, capsys):
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
+def test_a_resume_refuses_changes_its_checkpoint_cannot_carry_and_keeps_the_run(tiny_model_dir, tmp_path, capsys):
+    """The training set, seed, model and planner strategy shape the checkpoint's state: a resume that
+    changes them stops with a clear error before anything is written, and the run still resumes."""
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "fixed", 2, ["eval.at_start=false", "eval.at_end=false"])]) == 0
+    saved = (tmp_path / "fixed" / "config.yaml").read_text()
+    capsys.readouterr()
+    for change in ("data.train_size=30", "run.seed=7", "planner.strategy=uniform"):
+        assert main(["train", "--resume", str(tmp_path / "fixed"), "train.max_steps=3", change]) == 2
+        err = capsys.readouterr().err
+        assert f"--resume cannot change {change.split('=')[0]}" in err and "start a new run" in err, err
+        assert (tmp_path / "fixed" / "config.yaml").read_text() == saved
+    # a part whose saved state does not fit: a clear error, and config.yaml untouched
+    assert main(["train", "--resume", str(tmp_path / "fixed"), "train.max_steps=3", "planner.estimator=window"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot continue" in err and "planner.estimator" in err, err
+    assert (tmp_path / "fixed" / "config.yaml").read_text() == saved
+    assert main(["train", "--resume", str(tmp_path / "fixed"), "train.max_steps=3"]) == 0
+    assert len(_train_lines(tmp_path / "fixed")) == 3
+
+
 def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, capsys, monkeypatch):
     assert main(["train", "algo.loss_typ=grpo"]) == 2
     assert "Did you mean 'algo.loss_type'" in capsys.readouterr().err

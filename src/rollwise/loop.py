@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import yaml
 
-from rollwise.config import Config, build_config, config_changes, config_to_dict, unused_settings
+from rollwise.config import Config, build_config, config_changes, config_to_dict, leaves, unused_settings
 from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
@@ -41,6 +41,7 @@ from rollwise.rewards import RewardRunner
 from rollwise.tracking import Tracker
 from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, save_best_weights
 from rollwise.training.checkpoint import (
+    CheckpointError,
     latest_checkpoint,
     load_checkpoint_state,
     load_checkpoint_weights,
@@ -106,7 +107,7 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
     if not create:
         return run_dir, cfg
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    write_config(run_dir, cfg)
     return run_dir, cfg
 
 
@@ -124,21 +125,33 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     if moved:
         raise ConfigError(f"--resume continues the run in {run_dir}; run.{' and run.'.join(moved)} cannot move it. "
                           "Copy the folder and resume the copy, or start a new run")
-    return build_config(_merge(saved, overrides))
+    cfg = build_config(_merge(saved, overrides))
+    was, now = leaves(saved), leaves(config_to_dict(cfg))
+    for key in leaves(overrides):
+        if key.startswith(FIXED_ON_RESUME) and key in was and was[key] != now.get(key):
+            raise ConfigError(f"--resume cannot change {key} ({was[key]} -> {now.get(key)}): the checkpoint's training "
+                              "set, planner belief and weights were made with it. Resume without it, or start a new "
+                              f"run with {key}={now.get(key)}")
+    return cfg
 
 
-def rewrite_resumed_config(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
-    """Write the resumed run's config.yaml; return what the overrides changed ({key: [old, new]}).
+# Settings a checkpoint's state depends on: the training set (data.*, and run.seed, which draws it),
+# the weights (model.name_or_path) and the planner's state (planner.strategy).
+FIXED_ON_RESUME = ("data.", "run.seed", "model.name_or_path", "planner.strategy")
 
-    The changes are said on stderr and kept in environment.json's entry for this resume, so the
-    settings the earlier steps ran with are not lost when config.yaml is rewritten."""
-    path = run_dir / "config.yaml"
-    new = config_to_dict(cfg)
-    changes = config_changes(yaml.safe_load(path.read_text()) or {}, new)
+
+def resumed_config_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
+    """What a resume's overrides change in the run's config.yaml ({key: [old, new]}), said on stderr.
+    `write_config` writes it once the checkpoint has loaded; the changes are kept in
+    environment.json's entry for this resume, so the settings the earlier steps ran with are not lost."""
+    changes = config_changes(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, config_to_dict(cfg))
     for key, (was, now) in changes.items():
         print(f"rollwise: the resume changes {key}: {was} -> {now}", file=sys.stderr)
-    path.write_text(yaml.safe_dump(new, sort_keys=False))
     return changes
+
+
+def write_config(run_dir: Path, cfg: Config) -> None:
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 
 @dataclass
@@ -232,7 +245,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         raise
     # the folder is made once the rewards, data and model path are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
-    changes = rewrite_resumed_config(run_dir, cfg) if resume else None
+    changes = resumed_config_changes(run_dir, cfg) if resume else None
 
     # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
     tokenizer = load_tokenizer(path)
@@ -263,7 +276,14 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
               [eval_ids[i] for i in eval_keep], planner, None, RunResult(run_dir))  # type: ignore[arg-type]
     run.best = BestTracker(cfg.eval.early_stopping_patience, cfg.eval.early_stopping_min_delta)
     if state is not None:
-        planner.load_state_dict(state["extra"]["planner"])
+        try:
+            planner.load_state_dict(state["extra"]["planner"])
+        except (ValueError, KeyError, TypeError) as e:
+            changed = f" (this resume changes {', '.join(changes)})" if changes else ""
+            detail = f"no saved entry {e}" if isinstance(e, KeyError) else str(e)
+            raise CheckpointError(f"{ckpt} cannot continue with this config{changed}: the planner state saved there "
+                                  f"does not fit this run's planner ({detail}). Resume without the changed planner "
+                                  "settings, or start a new run") from e
         run.replay_bank = state["extra"]["replay_bank"]
         run.totals = state["extra"]["totals"]
         if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
@@ -275,6 +295,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         note = adopt_saved_best(run.best, run_dir, run.start_step) if cfg.eval.save_best else None
         if note:
             print(f"rollwise: {note}", file=sys.stderr)
+    if resume:  # the checkpoint took the config: now config.yaml may say so
+        write_config(run_dir, cfg)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
     record_environment(run_dir, run.start_step if ckpt else None, dtype, changes)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)

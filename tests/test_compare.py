@@ -73,3 +73,19 @@ def test_report_of_several_runs_prints_the_table_and_draws_one_png(tmp_path, cap
     # one run: its own report, drawn where -o says
     assert main(["report", str(a), "-o", str(tmp_path / "one" / "a.png")]) == 0
     assert (tmp_path / "one" / "a.png").stat().st_size > 1000 and not (a / "report.png").exists()
+
+
+def test_runs_of_several_seeds_are_paired_by_seed_against_the_first_runs_group(tmp_path):
+    from rollwise.compare import paired_by_seed
+
+    runs = [_run(tmp_path / "u0", "uniform", 0, 100, [0.2, 0.3, 0.40]),
+            _run(tmp_path / "a0", "adaptive", 0, 80, [0.2, 0.3, 0.42]),
+            _run(tmp_path / "u1", "uniform", 1, 100, [0.2, 0.3, 0.30]),
+            _run(tmp_path / "a1", "adaptive", 1, 60, [0.2, 0.3, 0.26]),
+            _run(tmp_path / "a2", "adaptive", 2, 50, [0.2, 0.3, 0.50])]  # no uniform run of seed 2: not paired
+    lines = paired_by_seed(runs)
+    # adaptive - uniform: +2 and -4 points, mean -1.0, SD 4.24, SE 3.0; tokens 0.80 and 0.60
+    assert lines == ["paired by run.seed with planner.strategy=uniform (final held-out accuracy, rollout tokens):",
+                     "  planner.strategy=adaptive: -1.0 points (SE 3.0), ahead on 1 of 2 seeds; "
+                     "0.70 of the tokens (0.60-0.80)"]
+    assert paired_by_seed(runs[:2]) == []  # one seed: nothing to pair beyond the table

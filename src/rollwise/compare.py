@@ -79,6 +79,36 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
     return rows
 
 
+def paired_by_seed(run_dirs: list[Path]) -> list[str]:
+    """Where the runs span several `run.seed`s: each group of runs (by the settings that differ, seed
+    aside) against the first run's group on the seeds both have, paired by seed (final held-out
+    accuracy, share of rollout tokens). Empty when there is nothing to pair."""
+    configs = [leaves(run_config(d)) for d in run_dirs]
+    seeds = [c.get("run.seed") for c in configs]
+    keys = [k for k in dict.fromkeys(k for c in configs for k in c)
+            if k not in _NAMING and k != "run.seed" and len({repr(c.get(k)) for c in configs}) > 1]
+    if len(set(seeds)) < 2 or not keys:
+        return []
+    by: dict[str, dict[Any, dict[str, Any]]] = {}
+    for d, c, seed in zip(run_dirs, configs, seeds):
+        run = curve(d)
+        if run["points"] and run["tokens"]:
+            by.setdefault(", ".join(f"{k}={c.get(k)}" for k in keys), {})[seed] = run
+    base = ", ".join(f"{k}={configs[0].get(k)}" for k in keys)
+    lines = []
+    for group, runs in by.items():
+        common = [s for s in runs if s in by.get(base, {})] if group != base else []
+        if len(common) < 2:
+            continue
+        diffs = [100 * (runs[s]["points"][-1][1] - by[base][s]["points"][-1][1]) for s in common]
+        ratios = [runs[s]["tokens"] / by[base][s]["tokens"] for s in common]
+        se = statistics.stdev(diffs) / len(diffs) ** 0.5
+        lines.append(f"  {group}: {statistics.mean(diffs):+.1f} points (SE {se:.1f}), ahead on "
+                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds; {statistics.mean(ratios):.2f} of the tokens "
+                     f"({min(ratios):.2f}-{max(ratios):.2f})")
+    return [f"paired by run.seed with {base} (final held-out accuracy, rollout tokens):", *lines] if lines else []
+
+
 def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
     """Held-out accuracy against rollout tokens and against step, and rollout tokens against step."""
     import matplotlib
@@ -126,4 +156,7 @@ def report_runs(run_dirs: list[Path], out: Path) -> None:
         print("computed in different environments:\n  " + "\n  ".join(envs))
     print()
     print("\n".join(compare_table(run_dirs)))
+    paired = paired_by_seed(run_dirs)
+    if paired:
+        print("\n" + "\n".join(paired))
     print(f"\nplots: {plot_comparison(run_dirs, out)}")

@@ -94,6 +94,7 @@ def test_resume_equals_uninterrupted(tiny_model_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=4"]) == 0
     assert _train_lines(tmp_path / "full") == _train_lines(tmp_path / "half")
+    assert all(0 <= r["rollout/success_not_correct_frac"] <= 1 for r in _train_lines(tmp_path / "full"))
     # the run folder says what it was computed on: once at the start, again at the resume
     envs = json.loads((tmp_path / "half" / "environment.json").read_text())
     assert [e["resumed_from_step"] for e in envs] == [None, 2]

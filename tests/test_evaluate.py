@@ -46,3 +46,14 @@ def test_accuracy_lengths_and_truncated_share_per_answer() -> None:
     assert m["eval/response_len_mean"] == pytest.approx((2 + 4 + 2 + 4) / 4)
     assert m["eval/truncated_frac"] == 0.5
     assert m["eval/items"] == 4.0
+
+
+def test_partial_credit_the_planner_counts_as_a_success_is_measured():
+    """reasoning_gym scores "-41" for "-4" 0.67: at planner.success_threshold=0.5 the planner counts it
+    solved while the first reward function does not score it correct."""
+    from rollwise.evaluate import success_not_correct
+
+    samples = [SimpleNamespace(reward=r, reward_parts={"rg": p}) for r, p in
+               ((1.0, 1.0), (0.67, 0.67), (0.3, 0.3), (0.0, 0.0))]
+    assert success_not_correct(samples, 0.5, "rg") == 0.25
+    assert success_not_correct(samples, 0.7, "rg") == 0.0 and success_not_correct([], 0.5, "rg") == 0.0

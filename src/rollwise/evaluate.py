@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from rollwise.engine import GenerationRequest, HFEngine
@@ -12,6 +15,15 @@ from rollwise.types import PromptItem
 def is_correct(parts: dict[str, float], primary: str) -> bool:
     """A sample is correct when the first reward function in the config scores it 1."""
     return parts.get(primary, 0.0) >= 1.0 - 1e-9
+
+
+def success_not_correct(samples: Sequence[Any], threshold: float, primary: str) -> float:
+    """Share of `samples` whose reward reaches `threshold` (planner.success_threshold: a success for the
+    planner's belief and the replay bank) that the first reward function does not score correct:
+    partial credit counted as solved (reasoning_gym scores "-41" for "-4" 0.67)."""
+    if not samples:
+        return 0.0
+    return sum(s.reward >= threshold and not is_correct(s.reward_parts, primary) for s in samples) / len(samples)
 
 
 def evaluate(

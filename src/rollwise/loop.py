@@ -25,7 +25,7 @@ from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
 from rollwise.environment import record_environment
-from rollwise.evaluate import evaluate, is_correct
+from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
     ModelError,
     apply_lora,
@@ -494,6 +494,8 @@ def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, 
         "rollout/accuracy": _mean([float(is_correct(s.reward_parts, run.primary)) for s in trained]),
         "rollout/response_len_mean": _mean([s.num_response_tokens for s in p.generated]),
         "rollout/truncated_frac": _mean([float(s.finish_reason == "length") for s in p.generated]),
+        "rollout/success_not_correct_frac": success_not_correct(p.generated, run.cfg.planner.success_threshold,
+                                                                run.primary),
         "rollout/rollouts": float(len(p.generated)),
         "rollout/tokens": float(p.tokens),
         "rollout/rollouts_total": float(run.totals["rollouts"]),

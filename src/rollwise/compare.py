@@ -49,12 +49,16 @@ def tokens_to_reach(points: list, target: float) -> float | None:
     return None
 
 
+def _differing_keys(flat: list[dict[str, Any]], skip: set[str] = _NAMING) -> list[str]:
+    """The dotted keys whose value is not the same in every one of the flattened configs."""
+    return [k for k in dict.fromkeys(k for f in flat for k in f)
+            if k not in skip and len({repr(f.get(k)) for f in flat}) > 1]
+
+
 def differing_settings(configs: dict[str, dict[str, Any]]) -> list[str]:
     """'KEY: value | value ...' (in the runs' order) for each setting whose value differs between them."""
     flat = [leaves(c) for c in configs.values()]
-    keys = [k for k in dict.fromkeys(k for f in flat for k in f) if k not in _NAMING]
-    return [f"{k}: {' | '.join(str(f.get(k, '-')) for f in flat)}" for k in keys
-            if len({repr(f.get(k)) for f in flat}) > 1]
+    return [f"{k}: {' | '.join(str(f.get(k, '-')) for f in flat)}" for k in _differing_keys(flat)]
 
 
 def compare_table(run_dirs: list[Path]) -> list[str]:
@@ -85,8 +89,7 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
     accuracy, share of rollout tokens). Empty when there is nothing to pair."""
     configs = [leaves(run_config(d)) for d in run_dirs]
     seeds = [c.get("run.seed") for c in configs]
-    keys = [k for k in dict.fromkeys(k for c in configs for k in c)
-            if k not in _NAMING and k != "run.seed" and len({repr(c.get(k)) for c in configs}) > 1]
+    keys = _differing_keys(configs, _NAMING | {"run.seed"})
     if len(set(seeds)) < 2 or not keys:
         return []
     by: dict[str, dict[Any, dict[str, Any]]] = {}

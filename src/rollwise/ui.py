@@ -117,7 +117,7 @@ def resumes(envs: list[dict[str, Any]]) -> str | None:
 
 
 def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
-    from rollwise.environment import environment_entries, load_environment
+    from rollwise.environment import environment_entries
     from rollwise.tracking import read_metrics
     from rollwise.training.best import best_dir, read_best
 
@@ -131,10 +131,11 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     strategy = planner.get("strategy") if isinstance(planner, dict) else None
     if strategy:
         summary = {"planner": str(strategy), **summary}
-    resumed = resumes(environment_entries(run_dir))
+    entries = environment_entries(run_dir)  # the start, then one per resume
+    resumed = resumes(entries)
     if resumed:
         summary["resumed at"] = resumed
-    env = load_environment(run_dir)
+    env = entries[0] if entries else None
     if env:
         cpu, pk = env["cpu"], env["packages"]
         summary["computed on"] = (f"{cpu['model']} ({cpu.get('torch_capability') or '?'}), {env['torch_threads']} "

@@ -8,6 +8,8 @@ uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE
         --also bench/out/default_today --report                           # pooled with an earlier study's folder
     .venv/bin/python bench/default_planner.py --variants adaptive adaptive:screen_threshold=0.7 --seeds 30 31 \
         --out bench/out/screen_threshold
+    .venv/bin/python bench/default_planner.py --variants adaptive adaptive:success_threshold=1.0 --seeds 20 21 \
+        --out bench/out/success_exact --also bench/out/default_today   # only the new arm runs
 
 Both strategies run the same number of steps (the default job is bounded by steps and time, not
 tokens), one torch thread each, so that two runs share the 2 cores. Each run is
@@ -36,10 +38,12 @@ def run_name(variant: str, seed: int) -> str:
     return f"{variant.replace(':', '_').replace('=', '-')}-seed{seed}"
 
 
-def train(out: Path, seed: int, variant: str, keep_checkpoints: bool = False) -> None:
+def train(out: Path, seed: int, variant: str, keep_checkpoints: bool = False, also: list[Path] = ()) -> None:
     name = run_name(variant, seed)
-    if (out / name / "metrics.jsonl").is_file() and result(out / name):
-        print(f"{name}: done already", flush=True)
+    done = next((d for d in [out / name, *(f / name for f in also)] if (d / "metrics.jsonl").is_file() and result(d)),
+                None)
+    if done is not None:  # finished here, or in an earlier study's folder (--also): reused, not rerun
+        print(f"{name}: done already ({done})", flush=True)
         return
     strategy, *keys = variant.split(":")
     cmd = [sys.executable, "-m", "rollwise", "train", f"run.seed={seed}", f"planner.strategy={strategy}",
@@ -116,8 +120,9 @@ def main() -> int:
                     help="the two planners, NAME[:KEY=VALUE...] (default: uniform adaptive); the table reports B - A")
     ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
     ap.add_argument("--also", type=Path, nargs="+", default=[], metavar="DIR",
-                    help="with --report: look for the seeds' runs in these output folders too (a study pooled with "
-                    "an earlier one)")
+                    help="look for the seeds' finished runs in these output folders too: they are reused, not rerun, "
+                    "and the table pairs them (a study pooled with an earlier one, or a new arm against an earlier "
+                    "study's runs)")
     ap.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoints (by default deleted once it finishes: about 3 GB a run)")
     args = ap.parse_args()
@@ -127,7 +132,7 @@ def main() -> int:
         out.mkdir(parents=True, exist_ok=True)
         jobs = [(s, st) for s in args.seeds for st in variants]
         with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
-            list(pool.map(lambda job: train(out, *job, keep_checkpoints=args.keep_checkpoints), jobs))
+            list(pool.map(lambda job: train(out, *job, keep_checkpoints=args.keep_checkpoints, also=args.also), jobs))
     return report(out, args.seeds, variants, args.also)
 
 

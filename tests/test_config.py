@@ -360,7 +360,9 @@ def test_config_changes_name_each_changed_leaf_with_old_and_new():
     old = {"train": {"max_steps": 2, "lr": 1e-6}, "reward": {"functions": [{"name": "a"}]}, "run": {"seed": 0}}
     new = {"train": {"max_steps": 4, "lr": 1e-6}, "reward": {"functions": [{"name": "b"}]}, "run": {"seed": 0},
            "planner": {"strategy": "dapo"}}
-    assert config_changes(old, new) == {"train.max_steps": [2, 4],
-                                        "reward.functions": [[{"name": "a"}], [{"name": "b"}]],
-                                        "planner.strategy": [None, "dapo"]}
-    assert config_changes(new, new) == {}
+    assert config_changes(old, new) == ({"train.max_steps": [2, 4],
+                                         "reward.functions": [[{"name": "a"}], [{"name": "b"}]]},
+                                        {"planner.strategy": "dapo"})  # new since `old` was written
+    assert config_changes(new, new) == ({}, {})
+    assert config_changes(new, old) == ({"train.max_steps": [4, 2], "reward.functions": [[{"name": "b"}], [{"name": "a"}]],
+                                         "planner.strategy": ["dapo", None]}, {})

@@ -116,7 +116,7 @@ def test_a_resume_refuses_changes_its_checkpoint_cannot_carry_and_keeps_the_run(
     assert main(["train", *_args(tiny_model_dir, tmp_path, "fixed", 2, ["eval.at_start=false", "eval.at_end=false"])]) == 0
     saved = (tmp_path / "fixed" / "config.yaml").read_text()
     capsys.readouterr()
-    for change in ("data.train_size=30", "run.seed=7", "planner.strategy=uniform"):
+    for change in ("data.train_size=30", "run.seed=7", "planner.strategy=uniform", "model.lora.enabled=true"):
         assert main(["train", "--resume", str(tmp_path / "fixed"), "train.max_steps=3", change]) == 2
         err = capsys.readouterr().err
         assert f"--resume cannot change {change.split('=')[0]}" in err and "start a new run" in err, err
@@ -126,8 +126,19 @@ def test_a_resume_refuses_changes_its_checkpoint_cannot_carry_and_keeps_the_run(
     err = capsys.readouterr().err
     assert "cannot continue" in err and "planner.estimator" in err, err
     assert (tmp_path / "fixed" / "config.yaml").read_text() == saved
+    # a config.yaml written by an older rollwise lacks newer settings: they take their defaults, said on one
+    # line and kept apart from what the resume changes
+    older = yaml.safe_load(saved)
+    del older["planner"]["success_threshold"]
+    (tmp_path / "fixed" / "config.yaml").write_text(yaml.safe_dump(older, sort_keys=False))
     assert main(["train", "--resume", str(tmp_path / "fixed"), "train.max_steps=3"]) == 0
     assert len(_train_lines(tmp_path / "fixed")) == 3
+    err = capsys.readouterr().err
+    assert "1 setting(s) are newer than this run's config.yaml and take their defaults: planner.success_threshold" \
+        in err and "the resume changes train.max_steps: 2 -> 3" in err and "None" not in err, err
+    last = json.loads((tmp_path / "fixed" / "environment.json").read_text())[-1]
+    assert last["config_changes"] == {"train.max_steps": [2, 3]}
+    assert last["config_added"] == {"planner.success_threshold": 0.5}
 
 
 def test_bad_inputs_fail_fast_with_clear_messages(tiny_model_dir, tmp_path, capsys, monkeypatch):

@@ -784,10 +784,11 @@ def leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[Any]]:
-    """{dotted key: [old value, new value]} for every setting that differs (None where one side lacks it)."""
+def config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """({dotted key: [old value, new value]} for every setting of `old` that differs in `new`,
+    {dotted key: value} for every setting `new` has and `old` lacks, such as one a newer rollwise added)."""
     a, b = leaves(old), leaves(new)
-    return {k: [a.get(k), b.get(k)] for k in [*a, *(k for k in b if k not in a)] if a.get(k) != b.get(k)}
+    return {k: [a[k], b.get(k)] for k in a if a[k] != b.get(k)}, {k: v for k, v in b.items() if k not in a}
 
 
 def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -105,15 +105,19 @@ def describe_environment() -> dict[str, Any]:
 
 
 def record_environment(run_dir: Path, resumed_from_step: int | None = None, compute_dtype: str | None = None,
-                       config_changes: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+                       config_changes: dict[str, list[Any]] | None = None,
+                       config_added: dict[str, Any] | None = None) -> dict[str, Any]:
     """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume).
 
     `compute_dtype` is what `model.dtype` resolved to here (`auto` depends on the hardware);
-    `config_changes` ({key: [old, new]}) what a resume's overrides changed in config.yaml."""
+    `config_changes` ({key: [old, new]}) what a resume's overrides changed in config.yaml, `config_added`
+    ({key: value}) the settings a newer rollwise added that the run's config.yaml lacked."""
     path = Path(run_dir) / FILENAME
     entry = {**describe_environment(), "compute_dtype": compute_dtype, "resumed_from_step": resumed_from_step}
     if config_changes:
         entry["config_changes"] = config_changes
+    if config_added:
+        entry["config_added"] = config_added
     entries = [*_entries(path), entry]
     tmp = path.with_suffix(".json.tmp")
     try:
@@ -145,7 +149,7 @@ def load_environment(run_dir: Path) -> dict[str, Any] | None:
 
 
 # Fields that may differ between comparable runs (they say when and how, not on what).
-_IGNORED = {"time", "argv", "resumed_from_step", "rollwise_commit", "config_changes"}
+_IGNORED = {"time", "argv", "resumed_from_step", "rollwise_commit", "config_changes", "config_added"}
 
 
 def _flatten(d: dict[str, Any]) -> dict[str, Any]:

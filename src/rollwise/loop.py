@@ -136,18 +136,24 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
 
 
 # Settings a checkpoint's state depends on: the training set (data.*, and run.seed, which draws it),
-# the weights (model.name_or_path) and the planner's state (planner.strategy).
-FIXED_ON_RESUME = ("data.", "run.seed", "model.name_or_path", "planner.strategy")
+# the weights (model.name_or_path; the LoRA adapters' presence, rank and modules) and the planner's state
+# (planner.strategy).
+FIXED_ON_RESUME = ("data.", "run.seed", "model.name_or_path", "model.lora.enabled", "model.lora.r",
+                   "model.lora.target_modules", "planner.strategy")
 
 
-def resumed_config_changes(run_dir: Path, cfg: Config) -> dict[str, list[Any]]:
-    """What a resume's overrides change in the run's config.yaml ({key: [old, new]}), said on stderr.
-    `write_config` writes it once the checkpoint has loaded; the changes are kept in
-    environment.json's entry for this resume, so the settings the earlier steps ran with are not lost."""
-    changes = config_changes(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, config_to_dict(cfg))
-    for key, (was, now) in changes.items():
-        print(f"rollwise: the resume changes {key}: {was} -> {now}", file=sys.stderr)
-    return changes
+def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """What a resume's overrides change in the run's config.yaml ({key: [old, new]}), each said on stderr,
+    and the settings config.yaml lacks because a newer rollwise added them ({key: value}, said on one line).
+    `write_config` writes the config once the checkpoint has loaded; both are kept in environment.json's
+    entry for this resume, so the settings the earlier steps ran with are not lost."""
+    changes, added = config_changes(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, config_to_dict(cfg))
+    for key, (was, new) in changes.items():
+        print(f"rollwise: the resume changes {key}: {was} -> {new}", file=sys.stderr)
+    if added:
+        print(f"rollwise: {len(added)} setting(s) are newer than this run's config.yaml and take their defaults: "
+              f"{', '.join(added)}", file=sys.stderr)
+    return changes, added
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:
@@ -245,7 +251,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         raise
     # the folder is made once the rewards, data and model path are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
-    changes = resumed_config_changes(run_dir, cfg) if resume else None
+    changes, added = resumed_config_changes(run_dir, cfg) if resume else (None, None)
 
     # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
     tokenizer = load_tokenizer(path)
@@ -298,7 +304,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     if resume:  # the checkpoint took the config: now config.yaml may say so
         write_config(run_dir, cfg)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
-    record_environment(run_dir, run.start_step if ckpt else None, dtype, changes)
+    record_environment(run_dir, run.start_step if ckpt else None, dtype, changes, added)
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:

@@ -54,3 +54,19 @@ def test_report_pools_folders_and_gives_the_lower_bound_and_token_ratio(tmp_path
     assert bench.report(a, [1, 2, 3]) == 0  # without --also: seed 1 alone
     out = capsys.readouterr().out
     assert "adaptive - uniform +2.0" in out and "SE" not in out and "mean 0.80 (0.80-0.80), fewer on 1 of 1" in out
+
+
+def test_a_run_finished_in_an_also_folder_is_reused_not_rerun(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or _fake_run(cmd, **kw))
+    old, new = tmp_path / "old", tmp_path / "new"
+    new.mkdir()
+    _finished(old, "adaptive-seed1", 0.2, 0.30, 1000)
+    bench.train(new, 1, "adaptive", also=[old])
+    assert ran == [] and not (new / "adaptive-seed1").exists()
+    bench.train(new, 2, "adaptive", also=[old])  # not finished anywhere: it runs
+    assert len(ran) == 1 and "run.seed=2" in ran[0]
+    (old / "adaptive-seed3" / "checkpoints").mkdir(parents=True)  # started, never finished: not reused
+    (old / "adaptive-seed3" / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.2}\n')
+    bench.train(new, 3, "adaptive", also=[old])
+    assert len(ran) == 2 and "run.seed=3" in ran[1]

@@ -1,4 +1,4 @@
-"""The `rollwise` command: train, eval, report, simulate, options."""
+"""The `rollwise` command: train, eval, report, options, export, simulate."""
 
 from __future__ import annotations
 

@@ -58,9 +58,12 @@ BINS = [(0, 0), (1, 1), (2, 3), (4, 7), (8, 16)]  # correct of 16; scaled to oth
 
 
 def histogram(counts: np.ndarray, samples: int) -> list[float]:
-    """Share of prompts in each of BINS (bin edges scaled from 16 to `samples` draws)."""
-    edges = [(round(lo * samples / 16), round(hi * samples / 16)) for lo, hi in BINS]
-    return [float(np.mean((counts >= lo) & (counts <= hi))) for lo, hi in edges]
+    """Share of prompts in each of BINS, read as solve rates (bin i holds a rate in (hi_{i-1}/16, hi_i/16],
+    the first bin a rate of 0), so that at any number of `samples` draws each count lands in one bin and
+    the shares sum to 1 (a bin may stay empty where the draws are too few to tell it apart)."""
+    rate = np.asarray(counts) / samples
+    tops = [hi / 16 for _, hi in BINS]
+    return [float(np.mean(rate == 0))] + [float(np.mean((rate > lo) & (rate <= hi))) for lo, hi in zip(tops, tops[1:])]
 
 
 def compare_counts(base: RunSpec, seeds: int, samples: int, files: list[Path]) -> None:

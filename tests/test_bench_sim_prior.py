@@ -33,8 +33,11 @@ def prior():
 def test_histogram_bins_scale_with_the_draws(prior):
     # of 16: 0 | 1 | 2-3 | 4-7 | 8-16
     assert prior.histogram(np.array([0, 0, 1, 3, 4, 16]), 16) == pytest.approx([2 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6])
-    # of 8 the edges halve: 0 | 0-0 (1 of 16 -> 0 of 8 rounds to 0.5 -> 0) | 1-2 | 2-4 | 4-8
-    assert prior.histogram(np.array([0, 8]), 8)[-1] == pytest.approx(0.5)
+    # of 8, as rates: 0 | (0, 1/16] holds no count of 8 | 1 (1/8) | 2-3 (2/8, 3/8) | 4-8; each count in one bin
+    assert prior.histogram(np.array([0, 8]), 8) == pytest.approx([0.5, 0, 0, 0, 0.5])
+    assert prior.histogram(np.arange(9), 8) == pytest.approx([1 / 9, 0, 1 / 9, 2 / 9, 5 / 9])
+    for samples in (4, 8, 12, 16, 32):  # the shares always sum to 1 (the old scaled edges overlapped)
+        assert sum(prior.histogram(np.arange(samples + 1), samples)) == pytest.approx(1.0)
 
 
 def test_counts_file_follows_the_worlds_rates(prior, tmp_path):

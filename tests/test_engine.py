@@ -134,3 +134,23 @@ def test_transposed_weights_same_values_layout_kept_by_load_weights(tiny_model_d
     again = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, transpose_weights=False)
     assert transpose_linear_weights(again.model) == len({id(m.weight) for m in again.model.modules()
                                                          if isinstance(m, torch.nn.Linear)})
+
+
+def test_top_k_and_top_p_keep_exactly_the_head_of_the_distribution():
+    from rollwise.engine.hf import _filter_logits
+
+    logits = torch.log(torch.tensor([[0.1, 0.5, 0.3, 0.1], [0.25, 0.25, 0.25, 0.25]]))
+    kept = lambda out: torch.isfinite(out).tolist()  # noqa: E731
+    assert kept(_filter_logits(logits, 0, 1.0)) == [[True] * 4, [True] * 4]  # off: nothing masked
+    assert kept(_filter_logits(logits, 1, 1.0))[0] == [False, True, False, False]  # the argmax only
+    assert kept(_filter_logits(logits, 2, 1.0))[0] == [False, True, True, False]
+    # nucleus: the smallest head whose mass reaches top_p, the token that crosses it kept
+    assert kept(_filter_logits(logits, 0, 0.45))[0] == [False, True, False, False]  # 0.5 crosses 0.45
+    assert kept(_filter_logits(logits, 0, 0.6))[0] == [False, True, True, False]  # 0.5 + 0.3 crosses 0.6
+    assert kept(_filter_logits(logits, 0, 0.85))[0].count(True) == 3  # 0.8, then one of the 0.1s crosses
+    assert kept(_filter_logits(logits, 0, 0.6))[1].count(True) == 3  # 0.25 x 3 = 0.75 is the first >= 0.6
+    # both: top-k first, then the nucleus of what is left (renormalised: 0.5 / 0.8 = 0.625 >= 0.6)
+    assert kept(_filter_logits(logits, 2, 0.6))[0] == [False, True, False, False]
+    # the kept logits are unchanged (softmax renormalises them)
+    out = _filter_logits(logits, 0, 0.6)
+    assert torch.equal(out[0, 1:3], logits[0, 1:3])

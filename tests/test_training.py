@@ -57,7 +57,47 @@ def test_zero_advantage_samples_are_skipped_with_identical_gradient(tiny_model_d
 
 def test_beta_forces_every_sample_through(tiny_model_dir):
     _, m, _ = _grads(tiny_model_dir, ["algo.beta=0.1"])
-    assert m["train/skipped_zero_adv"] == 0 and m["loss/kl"] >= 0
+    assert m["train/skipped_zero_adv"] == 0
+
+
+def test_kl_term_adds_beta_times_the_k3_gradient_against_the_reference(tiny_model_dir):
+    """With a reference that differs from the policy, the update's gradient is the policy-gradient
+    one plus beta x the gradient of the token-mean k3 estimate exp(r) - r - 1, r = ref - logp,
+    written out here by hand; loss/kl is that token mean."""
+    ov = ["model.dtype=float32", "train.micro_batch_size=16", "train.skip_zero_advantage=false", NO_CLIP]
+    torch.manual_seed(0)
+    model = load_model(str(tiny_model_dir))
+    tr = PolicyTrainer(load_config(None, [*ov, "algo.beta=0.1"]), model, pad_id=0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # a reference the policy has moved away from
+        for p in tr.ref_model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=g))
+    captured = []
+    tr.optimizer.step = lambda: captured.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    samples = _samples()
+    tr.compute_advantages(samples)
+    m = tr.update(samples)
+    g_pg, _, _ = _grads(tiny_model_dir, ov[1:])  # the same update without the KL term
+    # by hand, on fresh weights (the captured gradient is taken before the optimizer step)
+    torch.manual_seed(0)
+    fresh = load_model(str(tiny_model_dir))
+    fresh.train()
+    rows = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.response_ids))
+    batch = pack([s.prompt_ids for s in rows], [s.response_ids for s in rows], 0)
+    mask = batch.response_mask.float()  # [B, R]
+    logp, _ = response_logprobs(fresh, batch, 1.0, 1024)  # [B, R]
+    with torch.no_grad():
+        ref, _ = response_logprobs(tr.ref_model, batch, 1.0, 1024)
+    r = ref - logp
+    k3 = torch.exp(r) - r - 1
+    kl_mean = (k3 * mask).sum() / mask.sum()
+    (0.1 * kl_mean).backward()
+    assert m["loss/kl"] == pytest.approx(float(kl_mean.detach()), rel=1e-4) and m["loss/kl"] > 1e-4
+    moved = 0
+    for n, p in fresh.named_parameters():
+        assert_close(captured[0][n] - g_pg[n], p.grad, atol=1e-6, rtol=1e-3, msg=n)
+        moved += float(p.grad.abs().sum()) > 0
+    assert moved > 0
 
 
 def test_mask_truncated_completions_excludes_them(tiny_model_dir):

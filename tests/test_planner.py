@@ -355,6 +355,16 @@ def test_staged_early_exit() -> None:
     assert pl.metrics()["planner/samples_per_prompt"] == [2, 4, 6]
 
 
+def test_staged_while_informative_grows_only_mixed_groups() -> None:
+    # staged_rule=while_informative: a group goes on while it holds both a right and a wrong answer
+    pl = make("ar3po", uids=["a", "b", "c"], pps=3, n=4, ar3po_stages=3, ar3po_stage_size=2,
+              budget_rollouts=100, staged_rule="while_informative")
+    rounds, out = run_step(pl, lambda u, r, k: {"a": 1.0, "b": float(k % 2), "c": 0.0}[u])
+    # a (all right) and c (all wrong) stop after stage 1; b (mixed) runs all 3 stages
+    assert [sorted(rr) for rr in rounds] == [[("a", 2), ("b", 2), ("c", 2)], [("b", 2)], [("b", 2)]]
+    assert pl.metrics()["planner/samples_per_prompt"] == [2, 2, 6]
+
+
 def test_staged_respects_budget() -> None:
     pl = make("ar3po", uids=["a", "b", "c"], pps=3, n=4, ar3po_stages=4, ar3po_stage_size=2, budget_rollouts=10)
     rounds, _ = run_step(pl, lambda u, r, k: 0.0)
@@ -424,9 +434,17 @@ def test_adaptive_caps_growth_by_task_unless_told_not_to() -> None:
 def test_dars_schedules_worked_values() -> None:
     et = HardnessAllocator(PlannerConfig(dars_schedule="et"), 8)
     hw = HardnessAllocator(PlannerConfig(dars_schedule="hw"), 8)
+    # Delta-n = ceil((goal - k s) / s), s = 2a(1-a), a = max(successes / k, 0.5 / k), peak k / 2;
+    # et: goal = peak; hw: goal = 2 (1 - a) peak; capped at max_samples_per_prompt - k (4n et, 8n hw)
+    # 0 of 8: a = 1/16, s = 0.1171875, k s = 0.9375: et (4 - 0.9375) / s = 26.13 -> 27, capped at 32 - 8 = 24;
+    # hw goal 7.5: (7.5 - 0.9375) / s = 56, which is also its cap 64 - 8
     assert (et.extra(0, 8), hw.extra(0, 8)) == (24, 56)
+    assert HardnessAllocator(PlannerConfig(dars_schedule="et", max_samples_per_prompt=64), 8).extra(0, 8) == 27
+    # 1 of 8: a = 1/8, s = 0.21875, k s = 1.75: et (4 - 1.75) / s = 10.29 -> 11; hw goal 7: 5.25 / s = 24
     assert (et.extra(1, 8), hw.extra(1, 8)) == (11, 24)
-    assert et.extra(4, 8) == 0 and hw.extra(6, 8) == 0
+    # 0 of 4: a = 1/8 (the floor 0.5 / k), k s = 0.875, peak 2: et 1.125 / s = 5.14 -> 6; hw goal 3.5: 2.625 / s = 12
+    assert (et.extra(0, 4), hw.extra(0, 4)) == (6, 12)
+    assert et.extra(4, 8) == 0 and hw.extra(6, 8) == 0  # solve rate 1/2 or more: nothing extra
 
 
 def test_rank_allocation_hand_computed() -> None:

@@ -110,6 +110,18 @@ def test_mask_truncated_completions_excludes_them(tiny_model_dir):
     tr.compute_advantages(samples)
     m = tr.update(samples)
     assert m["train/forwarded_sequences"] == 0
+    # two of group a's four samples cut: only the other two are trained, and the token mean counts only
+    # the tokens of samples not cut (the reference written out with those tokens masked)
+    samples = _samples()
+    for s in samples[:2]:
+        s.finish_reason = "length"
+    g, m, samples = _grads(tiny_model_dir, ["algo.mask_truncated_completions=true", "train.micro_batch_size=16",
+                                            NO_CLIP], samples)
+    assert m["train/forwarded_sequences"] == 2
+    g_ref, _ = _reference(tiny_model_dir, samples, lambda s: [float(s.finish_reason != "length")] * len(s.response_ids))
+    for n in g_ref:
+        assert_close(g[n], g_ref[n], atol=1e-6, rtol=1e-4, msg=n)
+    assert any(x.abs().sum() > 0 for x in g.values())
 
 
 def test_lr_schedule():
@@ -402,3 +414,25 @@ def test_prompt_sharing_is_off_where_the_cache_cannot_be_shared(tiny_model_dir):
     assert not shares_prompts(MistralForCausalLM(MistralConfig(**small, sliding_window=4)))
     cfg = load_config(None, ["model.dtype=float32"])
     assert not PolicyTrainer(cfg, MistralForCausalLM(MistralConfig(**small, sliding_window=4)), pad_id=0).share_prompts
+
+
+def test_each_correction_gets_its_own_options_from_the_config():
+    """algo.* options reach their correction under the names the correction function takes (a dropped
+    or swapped key in the mapping would leave the option accepted and ignored)."""
+    import inspect
+
+    from rollwise.training.policy import _correction_options
+
+    cases = {
+        "tis": (["algo.tis_cap=2.5"], {"cap": 2.5}),
+        "decoupled": (["algo.decoupled_cap=3.5"], {"cap": 3.5}),
+        "m2po": (["algo.m2po_tau=0.07"], {"tau": 0.07}),
+        "icepop": (["algo.icepop_low=0.3", "algo.icepop_high=4.0", "algo.icepop_weighted=false"],
+                   {"low": 0.3, "high": 4.0, "weighted": False}),
+    }
+    for name, (ov, want) in cases.items():
+        cfg = load_config(None, [f"algo.offpolicy_correction={name}", *ov])
+        assert _correction_options(cfg.algo) == want, name
+        params = inspect.signature(OFFPOLICY_CORRECTIONS[name]).parameters
+        assert set(want) <= set(params), (name, set(params))
+    assert _correction_options(load_config(None, ["algo.offpolicy_correction=recompute"]).algo) == {}

@@ -57,3 +57,26 @@ def test_partial_credit_the_planner_counts_as_a_success_is_measured():
                ((1.0, 1.0), (0.67, 0.67), (0.3, 0.3), (0.0, 0.0))]
     assert success_not_correct(samples, 0.5, "rg") == 0.25
     assert success_not_correct(samples, 0.7, "rg") == 0.0 and success_not_correct([], 0.5, "rg") == 0.0
+
+
+class SampledStub(StubEngine):
+    """Greedy answers, then pass@k's sampled ones, in request order."""
+
+    def __init__(self, greedy, sampled):
+        self.greedy, self.sampled = greedy, sampled
+
+    def generate(self, reqs, generator=None):
+        outs = self.greedy if all(r.greedy for r in reqs) else self.sampled
+        assert len(outs) == len(reqs) and (generator is not None or outs is self.greedy)
+        return [GenerationOutput(ids, [0.0] * len(ids), [0] * len(ids), "stop") for ids in outs]
+
+
+def test_pass_at_k_counts_an_item_with_any_right_sample() -> None:
+    items = [item("1", "x", "ab"), item("2", "x", "c"), item("3", "y", "dd")]
+    greedy = [[0, 0], [3], [3, 3]]  # greedy: only item 3 right
+    # 2 samples per item in order: item 1 wrong then right, item 2 wrong twice, item 3 right then wrong
+    sampled = [[1], [0, 1], [0], [4], [3, 3], [3]]
+    m = evaluate(SampledStub(greedy, sampled), items, [[1]] * 3, StubRunner(), "correct", StubTokenizer(),
+                 max_new_tokens=4, pass_k=2)
+    assert m["eval/accuracy"] == pytest.approx(1 / 3)
+    assert m["eval/pass@2"] == pytest.approx(2 / 3)

@@ -371,9 +371,9 @@ def test_staged_respects_budget() -> None:
     assert sum(n for rr in rounds for _, n in rr) <= 10
 
 
-def screen_planner(budget: int) -> object:
+def screen_planner(budget: int, **kw) -> object:
     pl = make("uniform", uids=["a", "b", "c", "d"], pps=4, n=4, estimator="beta", allocator="screen",
-              budget_rollouts=budget)
+              budget_rollouts=budget, **kw)
     for uid, s in (("a", 0), ("b", 20), ("c", 40)):  # believed hopeless, mixed, solved; d unseen
         pl.estimator.update(pl.index[uid], s, 40)
     return pl
@@ -391,6 +391,14 @@ def test_screen_probes_confident_extremes_and_grows_informative_groups() -> None
     assert [sorted(rr) for rr in rounds] == [
         [("a", 2), ("b", 4), ("c", 2), ("d", 2)], [("a", 2), ("b", 2)], [("a", 2), ("b", 2)], [("a", 2)]]
     assert sorted(out.train) == ["a", "b", "c", "d"]
+
+
+def test_screen_threshold_decides_which_beliefs_get_a_probe() -> None:
+    # d is unseen: Beta(1, 1) gives P(4 equal) = 0.4, a probe at the default 0.3, a full group at 0.5;
+    # a and c, believed hopeless and solved (P(4 equal) near 0.9), are probed at either threshold
+    for threshold, d in ((0.3, 2), (0.5, 4)):
+        pl = screen_planner(100, screen_threshold=threshold)
+        assert sorted((q.uid, q.n) for q in pl.begin_step(0)) == [("a", 2), ("b", 4), ("c", 2), ("d", d)]
 
 
 def test_screen_stops_agreeing_probes_and_keeps_the_budget() -> None:

@@ -436,3 +436,17 @@ def test_each_correction_gets_its_own_options_from_the_config():
         params = inspect.signature(OFFPOLICY_CORRECTIONS[name]).parameters
         assert set(want) <= set(params), (name, set(params))
     assert _correction_options(load_config(None, ["algo.offpolicy_correction=recompute"]).algo) == {}
+
+
+def test_optimizer_and_lora_options_reach_torch_and_peft(tiny_model_dir):
+    cfg = load_config(None, ["model.dtype=float32", "train.weight_decay=0.1", "train.adam_beta1=0.8",
+                             "train.adam_beta2=0.95", "train.learning_rate=3e-5"])
+    group = PolicyTrainer(cfg, load_model(str(tiny_model_dir)), pad_id=0).optimizer.param_groups[0]
+    assert (group["weight_decay"], group["betas"], group["initial_lr"]) == (0.1, (0.8, 0.95), 3e-5)
+    cfg = load_config(None, ["model.dtype=float32", "model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=8",
+                             "model.lora.dropout=0.2", "model.lora.target_modules=[q_proj]"])
+    lora = apply_lora(load_model(str(tiny_model_dir)), cfg.model)
+    pc = lora.peft_config["default"]
+    assert (pc.r, pc.lora_alpha, pc.lora_dropout, set(pc.target_modules)) == (4, 8, 0.2, {"q_proj"})
+    adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in lora.named_parameters() if ".lora_A" in n}
+    assert adapted == {"q_proj"}

@@ -150,6 +150,17 @@ def test_file_and_generator_mixture(tmp_path: Path) -> None:
     assert Counter(i.task for i in evals) == {"mine": 1, "gcd": 3}
 
 
+def test_file_task_reads_the_columns_it_is_told(tmp_path: Path) -> None:
+    path = tmp_path / "renamed.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"What is {i} x 3?", "sol": str(3 * i), "answer": "decoy"}) + "\n"
+                            for i in range(10)))
+    spec = TaskSpec(name="m", path=str(path), prompt_column="problem", answer_column="sol")
+    train, evals = build_items(DataConfig(tasks=[spec], train_size=8, eval_size=2), seed=0)
+    assert {i.question: i.answer for i in train + evals} == {f"What is {i} x 3?": str(3 * i) for i in range(10)}
+    with pytest.raises(ConfigError, match=r"answer_column 'solution'"):
+        build_items(DataConfig(tasks=[spec.model_copy(update={"answer_column": "solution"})]), seed=0)
+
+
 def test_file_task_errors(tmp_path: Path) -> None:
     path = write(tmp_path, "jsonl")
     with pytest.raises(ConfigError, match=r"prompt_column 'problem'.*columns present: prompt, answer"):

@@ -450,3 +450,25 @@ def test_optimizer_and_lora_options_reach_torch_and_peft(tiny_model_dir):
     assert (pc.r, pc.lora_alpha, pc.lora_dropout, set(pc.target_modules)) == (4, 8, 0.2, {"q_proj"})
     adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n, _ in lora.named_parameters() if ".lora_A" in n}
     assert adapted == {"q_proj"}
+
+
+def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy_gradient(tiny_model_dir):
+    """algo.entropy_coef: the gradient is the policy-gradient one minus coef x the gradient of the
+    token-mean entropy of the next-token distribution, written out here one sample at a time."""
+    ov = ["train.micro_batch_size=16", "train.skip_zero_advantage=false", NO_CLIP]
+    g_ent, m, samples = _grads(tiny_model_dir, [*ov, "algo.entropy_coef=0.1"])
+    g_pg, _, _ = _grads(tiny_model_dir, ov)
+    torch.manual_seed(0)
+    model = load_model(str(tiny_model_dir))
+    model.train()
+    ents = []
+    for s in samples:
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        logits = model(ids).logits[0, len(s.prompt_ids) - 1 : -1].float()  # the positions that predict the response
+        ents.append(-(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1))
+    mean_ent = torch.cat(ents).mean()
+    (-0.1 * mean_ent).backward()
+    assert m["loss/entropy"] == pytest.approx(float(mean_ent.detach()), rel=1e-4)
+    for n, p in model.named_parameters():
+        assert_close(g_ent[n] - g_pg[n], p.grad, atol=1e-6, rtol=1e-3, msg=n)
+    assert any(float(p.grad.abs().sum()) > 0 for p in model.parameters())

@@ -131,6 +131,16 @@ def test_two_scale_blends_fast_and_slow() -> None:
     assert (a[0], b[0]) == (3.0, 5.0)
 
 
+def test_vade_options_reach_its_two_scale_estimator() -> None:
+    # built from planner.vade_*: 4 of 4 right, then 0 of 4. Fast, decay 1/2: (1, 1) -> (5, 1) -> (3, 5);
+    # slow, decay 1: (5, 5); blended at 1/4 fast: (0.75 + 3.75, 1.25 + 3.75) = (4.5, 5)
+    pl = make("vade", vade_fast_decay=0.5, vade_slow_decay=1.0, vade_fast_weight=0.25)
+    pl.estimator.update(0, 4, 4)
+    pl.estimator.update(0, 0, 4)
+    a, b = pl.estimator.pseudo_counts(np.array([0]))
+    assert (a[0], b[0]) == (4.5, 5.0)
+
+
 def test_window_last_visit_and_rank() -> None:
     w = WindowEstimator(3, window=4)
     w.update(0, 2, 2)
@@ -252,6 +262,22 @@ def test_greso_skip_probabilities_and_adaptation() -> None:
     run_step(pl, lambda u, r, k: 1.0)  # every group all-correct
     assert sel.p_easy == pytest.approx(0.49) and sel.p_hard == pytest.approx(0.51)
     assert pl.metrics()["planner/all_correct_share"] == 1.0
+
+
+def test_greso_options_set_its_probabilities_thresholds_and_steps() -> None:
+    pl = make("greso", greso_explore_init=0.8, greso_explore_step=0.05, greso_explore_max=0.82,
+              greso_hard_threshold=0.25, greso_easy_threshold=0.75, greso_zero_variance_target=0.9)
+    sel = pl.selector
+    sel.z_easy[0] = 2
+    assert sel.keep_probability(0) == pytest.approx(0.64)  # 0.8^2
+    pl.stream.epoch = 1
+    _, out = run_step(pl, lambda u, r, k: float(k == 0))  # 1 of 4 right: hard at 0.25 (at the default 0.11, neither)
+    assert all(sel.z_hard[pl.index[u]] == 1 for u in out.train)
+    # all hard: 1 >= 0.9 x 2/3, p_hard 0.8 - 0.05; none easy: 0 < 0.9 / 3, p_easy 0.8 + 0.05 capped at 0.82
+    assert sel.p_hard == pytest.approx(0.75) and sel.p_easy == pytest.approx(0.82)
+    pl2 = make("greso", greso_easy_threshold=0.75)
+    run_step(pl2, lambda u, r, k: float(k > 0))  # 3 of 4 right: easy at 0.75 (at the default 0.98, neither)
+    assert int(pl2.selector.z_easy.sum()) == 4 and int(pl2.selector.z_hard.sum()) == 0
 
 
 def test_greso_history_counts() -> None:

@@ -195,6 +195,20 @@ def test_irt_group_prior_makes_unseen_prompts_look_like_their_task() -> None:
     assert e2.mean(np.array([5]))[0] == pytest.approx(p5)
 
 
+def test_planner_group_prior_option_turns_the_task_prior_on_and_off() -> None:
+    uids = [f"gcd:{i}" for i in range(6)] + [f"sum:{i}" for i in range(6)]
+    means = {}
+    for on in (True, False):
+        pl = make("uniform", uids=uids, estimator="irt", group_prior=on)
+        for i in range(5):
+            pl.estimator.update(pl.index[f"gcd:{i}"], 0, 8)
+            pl.estimator.update(pl.index[f"sum:{i}"], 4, 8)
+        pl.estimator.after_step()
+        means[on] = pl.estimator.mean(pl.indices(["gcd:5", "sum:5"]))  # the two unseen prompts
+    assert means[True][0] < 0.15 < 0.3 < means[True][1]  # each looks like its task
+    assert means[False][0] == pytest.approx(means[False][1])  # both look like the pool
+
+
 def test_irt_length_prior_learns_that_longer_prompts_are_harder() -> None:
     # one task, 40 prompts of lengths 30..49; the 30 seen ones: solve rate falls with length
     lengths = np.arange(30, 70)[:40]
@@ -285,6 +299,13 @@ def test_greso_history_counts() -> None:
     _, out = run_step(pl, lambda u, r, k: 0.0)
     for u in out.train:
         assert pl.selector.z_hard[pl.index[u]] == 1 and pl.selector.z_easy[pl.index[u]] == 0
+
+
+def test_stratify_options_override_the_preset() -> None:
+    assert make("adaptive").selector.stratify and not make("adaptive", stratify=False).selector.stratify
+    assert not make("mopps").selector.stratify and make("mopps", stratify=True).selector.stratify
+    assert make("adaptive").allocator.cfg.stratify_rollouts is True
+    assert make("adaptive", stratify_rollouts=False).allocator.cfg.stratify_rollouts is False
 
 
 def test_posterior_selector_prefers_informative_prompts() -> None:

@@ -472,3 +472,24 @@ def test_entropy_bonus_subtracts_coef_times_the_token_mean_entropy_gradient(tiny
     for n, p in model.named_parameters():
         assert_close(g_ent[n] - g_pg[n], p.grad, atol=1e-6, rtol=1e-3, msg=n)
     assert any(float(p.grad.abs().sum()) > 0 for p in model.parameters())
+
+
+def test_memory_options_change_how_the_gradient_is_computed_not_its_value(tiny_model_dir, monkeypatch):
+    """train.logprob_chunk (log-softmax over a few positions at a time) and train.gradient_checkpointing
+    (activations recomputed in the backward) trade speed for memory: the gradient stays the same."""
+    from rollwise.training import policy
+
+    ov = ["train.micro_batch_size=16", NO_CLIP]
+    g, m, _ = _grads(tiny_model_dir, ov)
+    chunks = []
+    real = policy.response_logprobs
+    monkeypatch.setattr(policy, "response_logprobs", lambda *a, **k: chunks.append(a[3]) or real(*a, **k))
+    for extra in (["train.logprob_chunk=2"], ["train.gradient_checkpointing=true"]):
+        g2, m2, _ = _grads(tiny_model_dir, [*ov, *extra])
+        assert m2["loss/policy"] == pytest.approx(m["loss/policy"], rel=1e-5)
+        for n in g:
+            assert_close(g2[n], g[n], atol=1e-6, rtol=1e-4, msg=f"{extra} {n}")
+    assert chunks[0] == 2 and chunks[-1] != 2  # the chunk reached the log-prob computation
+    for on in (True, False):
+        cfg = load_config(None, ["model.dtype=float32", f"train.gradient_checkpointing={str(on).lower()}"])
+        assert PolicyTrainer(cfg, load_model(str(tiny_model_dir)), pad_id=0).model.is_gradient_checkpointing is on

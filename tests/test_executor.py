@@ -72,6 +72,20 @@ def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retentio
         assert eng._held is not None or ex.buffered() == 0  # carried rows stay in their slots
 
 
+def test_partial_stop_fraction_sets_how_many_groups_end_the_first_round(tiny_model_dir, tok):
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("e")]
+    reqs = [Request(u, 3) for u in list(prompts)[:3]]
+    done = {}
+    for fraction in (1.0, 1 / 3):
+        ex = RolloutExecutor(_engine(model, tok, eos), prompts, 24, 1.0, partial=True, stop_fraction=fraction)
+        out = ex.generate(reqs, first_round=True)
+        done[fraction] = (len(out.groups), ex.buffered())
+    assert done[1.0] == (3, 0)  # every group finished, nothing carried
+    assert done[1 / 3][0] >= 1 and done[1 / 3][1] > 0  # one group ends the round; the rest is carried
+
+
 def test_executor_state_round_trips(tiny_model_dir, tok):
     model = _perturbed(tiny_model_dir, 0.3, 0)
     prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}

@@ -605,9 +605,10 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
     run = setup(cfg, resume)
     ro = cfg.rollout
     engine = run.engine
-    executor = RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature, ro.partial_rollouts,
-                               ro.retention_limit, ro.speculative_reuse, ro.spec_lenience, ro.partial_stop_fraction,
-                               ro.partial_keep_kv)
+    executor = RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature,
+                               partial=ro.partial_rollouts, retention_limit=ro.retention_limit,
+                               speculative=ro.speculative_reuse, lenience=ro.spec_lenience,
+                               stop_fraction=ro.partial_stop_fraction, keep_kv=ro.partial_keep_kv)
     if run.state is not None:
         engine.load_state_dict(run.state["extra"]["engine"])
         if "executor" in run.state["extra"]:

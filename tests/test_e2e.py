@@ -183,6 +183,9 @@ def test_every_planner_strategy_trains_and_resumes(tiny_model_dir, tmp_path, str
     assert [r["step"] for r in lines] == [1, 2, 3]
     assert all(r["rollout/rollouts"] > 0 for r in lines)
     assert all("planner/effective_ratio" in r for r in lines)
+    # the resumed run is the uninterrupted one: the planner's state (belief, history, draws) came back whole
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "whole", 3, extra)]) == 0
+    assert _train_lines(tmp_path / "whole") == lines
 
 
 def test_a_resume_takes_the_belief_from_the_checkpoint_not_prior_counts(tiny_model_dir, tmp_path):

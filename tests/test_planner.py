@@ -279,7 +279,7 @@ def test_greso_skip_probabilities_and_adaptation() -> None:
 
 
 def test_greso_options_set_its_probabilities_thresholds_and_steps() -> None:
-    pl = make("greso", greso_explore_init=0.8, greso_explore_step=0.05, greso_explore_max=0.82,
+    pl = make("greso", greso_explore_init=0.8, greso_explore_step=0.05, greso_explore_min=0.77, greso_explore_max=0.82,
               greso_hard_threshold=0.25, greso_easy_threshold=0.75, greso_zero_variance_target=0.9)
     sel = pl.selector
     sel.z_easy[0] = 2
@@ -287,8 +287,9 @@ def test_greso_options_set_its_probabilities_thresholds_and_steps() -> None:
     pl.stream.epoch = 1
     _, out = run_step(pl, lambda u, r, k: float(k == 0))  # 1 of 4 right: hard at 0.25 (at the default 0.11, neither)
     assert all(sel.z_hard[pl.index[u]] == 1 for u in out.train)
-    # all hard: 1 >= 0.9 x 2/3, p_hard 0.8 - 0.05; none easy: 0 < 0.9 / 3, p_easy 0.8 + 0.05 capped at 0.82
-    assert sel.p_hard == pytest.approx(0.75) and sel.p_easy == pytest.approx(0.82)
+    # all hard: 1 >= 0.9 x 2/3, p_hard 0.8 - 0.05 floored at 0.77; none easy: 0 < 0.9 / 3, p_easy 0.8 + 0.05
+    # capped at 0.82
+    assert sel.p_hard == pytest.approx(0.77) and sel.p_easy == pytest.approx(0.82)
     pl2 = make("greso", greso_easy_threshold=0.75)
     run_step(pl2, lambda u, r, k: float(k > 0))  # 3 of 4 right: easy at 0.75 (at the default 0.98, neither)
     assert int(pl2.selector.z_easy.sum()) == 4 and int(pl2.selector.z_hard.sum()) == 0

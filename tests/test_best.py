@@ -125,3 +125,17 @@ def test_async_early_stop_checkpoints_where_it_stops(tiny_model_dir, tmp_path, m
     assert read_best(run)["step"] == 2
     assert main(["train", "--resume", str(run)]) == 0  # stays stopped
     assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4]
+
+
+def test_min_delta_reaches_the_loop(tiny_model_dir, tmp_path, monkeypatch):
+    import rollwise.loop as loop
+
+    # 0.52 and 0.53 beat 0.5, but not by more than 0.05: with patience 2 the run stops after step 3
+    # (with min_delta 0 both would be new bests and it would train all 4 steps)
+    calls = _scripted(monkeypatch, loop, [0.2, 0.5, 0.52, 0.53, 0.9])
+    extra = ["eval.every_n_steps=1", "eval.save_best=true", "eval.early_stopping_patience=2",
+             "eval.early_stopping_min_delta=0.05", "run.save_every=0"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "md", 4, extra)]) == 0
+    run = tmp_path / "md"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3] and len(calls) == 4
+    assert read_best(run) == {"step": 1, "metric": "eval/accuracy", "accuracy": 0.5}

@@ -438,3 +438,30 @@ def test_token_budget_ending_in_warm_up_warns_that_the_schedule_never_decayed(ti
     assert (f"rollwise: warning: the rollout-token budget (train.max_rollout_tokens=300) ended the run after {n} "
             f"optimizer updates, within the warm-up of train.warmup_steps=30: train.lr_scheduler=cosine never "
             "decayed the learning rate") in err
+
+
+def test_spec_lenience_and_topk_reach_the_engine_and_executor(tiny_model_dir, tmp_path, monkeypatch):
+    """rollout.spec_lenience scales the acceptance test (0.01 keeps about one old token in a hundred where 1
+    keeps most of them); rollout.spec_topk is what the engine records per token."""
+    import rollwise.engine.factory as factory
+
+    recorded = []
+
+    class Recording(factory.ContinuousEngine):
+        def __init__(self, *a, **kw):
+            recorded.append(kw["record_topk"])
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(factory, "ContinuousEngine", Recording)
+    rates = {}
+    for lenience in (1.0, 0.01):
+        extra = ["rollout.speculative_reuse=true", f"rollout.spec_lenience={lenience}", "rollout.spec_topk=5",
+                 "rollout.num_slots=4", "rollout.max_completion_length=12", "data.train_size=8",
+                 "eval.at_start=false", "eval.at_end=false"]
+        assert main(["train", *_args(tiny_model_dir, tmp_path, f"len{lenience}", 4, extra)]) == 0
+        rows = _train_lines(tmp_path / f"len{lenience}")
+        seen = [r["spec/acceptance_rate"] for r in rows if r["spec/candidates"] > 0]
+        assert seen, "no prompt came back with responses to verify"
+        rates[lenience] = sum(seen) / len(seen)
+    assert recorded == [5, 5]
+    assert rates[1.0] > 0.3 and rates[0.01] < rates[1.0] / 3

@@ -1,0 +1,71 @@
+"""The distributed options reach Ray and vLLM as written: a stand-in `ray` (and vLLM engine) module
+records the calls, so these run without starting a cluster or needing a GPU. That Ray really runs
+the workers is tested in test_async.py."""
+
+import sys
+import types
+
+from rollwise.config import build_config
+from rollwise.distributed.pool import RolloutPool, init_ray
+from rollwise.distributed.worker import WorkerSpec
+
+
+class _Handle:
+    def __init__(self):
+        self.ping = types.SimpleNamespace(remote=lambda: 0)
+
+
+def _fake_ray(calls):
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False
+    ray.init = lambda **kw: calls.append(("init", kw))
+    ray.get = lambda refs: list(refs)
+
+    def remote(cls):
+        def options(**kw):
+            calls.append(("options", kw))
+            return types.SimpleNamespace(remote=lambda spec, store: calls.append(("actor", spec.seed)) or _Handle())
+        return types.SimpleNamespace(options=options)
+
+    ray.remote = remote
+    return ray
+
+
+def test_ray_address_joins_that_cluster_and_no_address_starts_one(monkeypatch):
+    calls = []
+    monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls))
+    assert init_ray("ray://head:10001") is True
+    assert init_ray(None, num_cpus=6) is True
+    assert calls[0] == ("init", {"address": "ray://head:10001", "log_to_driver": False})
+    assert calls[1][1]["num_cpus"] == 6 and "address" not in calls[1][1]
+
+
+def test_worker_threads_and_gpus_are_what_ray_reserves_per_worker(monkeypatch):
+    calls = []
+    monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls))
+    cfg = build_config({"distributed": {"backend": "ray", "worker_threads": 3, "worker_gpus": 0.25,
+                                        "max_worker_restarts": 5, "rollout_workers": 2}})
+    spec = WorkerSpec(cfg, "model", [0], 0, {}, seed=11)
+    pool = RolloutPool(spec, store=None, backend="ray", num_workers=2)
+    options = [kw for what, kw in calls if what == "options"]
+    assert options == [{"num_cpus": 3, "num_gpus": 0.25, "max_restarts": 5, "max_task_retries": -1}]
+    assert [seed for what, seed in calls if what == "actor"] == [11, 11 + 7919]  # each worker its own seed
+    assert len(pool.workers) == 2
+
+
+def test_vllm_gets_its_memory_share_and_context_length(monkeypatch):
+    from rollwise.engine.factory import build_engine
+
+    got = {}
+    fake = types.ModuleType("rollwise.engine.vllm")
+
+    class VLLMEngine:
+        def __init__(self, *args):
+            got["args"] = args
+
+    fake.VLLMEngine = VLLMEngine
+    monkeypatch.setitem(sys.modules, "rollwise.engine.vllm", fake)
+    cfg = build_config({"rollout": {"engine": "vllm", "vllm_gpu_memory_utilization": 0.55,
+                                    "max_completion_length": 100}, "data": {"max_prompt_length": 60}})
+    build_engine(cfg, None, [2], 0, seed=3, model_path="some/model")
+    assert got["args"][-2:] == (0.55, 160)

@@ -182,8 +182,8 @@ class RolloutConfig(_Section):
         "groups (carried ones included) has finished; the rest is carried. 0.75 trains about prompts_per_step groups "
         "a step and carries a third as many; 1 turns carrying off.")
     partial_keep_kv: bool = Field(
-        False, description="Partial rollouts: carried sequences keep their KV cache in the engine across the weight "
-        "update instead of prefilling prompt + prefix again under the new weights (PipelineRL's in-flight update; on "
+        False, description="Partial rollouts, or asynchronous training's in-flight weight updates: sequences carried "
+        "or in flight keep their KV cache in the engine across the weight update instead of prefilling prompt + prefix again under the new weights (PipelineRL's in-flight update; on "
         "a CPU a prefill costs nearly as much as decoding). Their later tokens attend to keys of older weights; the "
         "recorded behaviour log-probs are what was sampled. The held KV is not checkpointed, so a resumed run "
         "re-prefills and is not bit-identical.")
@@ -228,7 +228,7 @@ class AlgoConfig(_Section):
     )
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field(
         "dapo", description="Aggregation: grpo = mean of per-sequence token means, dapo = token mean, "
-        "dr_grpo = token sum / max_completion_length."
+        "dr_grpo = token sum / (sequences x max_completion_length)."
     )
     epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon).")
     epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28).")
@@ -456,7 +456,8 @@ class RunConfig(_Section):
     seed: int = Field(0, description="One seed for data order, sampling and the planner.")
     save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
-    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores).")
+    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores; the trainer actor of a "
+                                       "distributed.backend=ray run takes 1).")
     progress: bool = Field(True, description="Show a progress bar.")
     tensorboard: bool = Field(True, description="Write TensorBoard events.")
 

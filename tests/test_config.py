@@ -306,6 +306,19 @@ def test_settings_of_features_left_off_are_named():
                                               "distributed.worker_threads=2"])) == []
 
 
+def test_a_success_threshold_no_reward_can_reach_is_named():
+    low = "reward.functions=[{name: reasoning_gym, weight: 0.4}]"
+    got = unused_settings(load_config(None, [low]))  # the default threshold 0.5 above a best reward of 0.4
+    assert len(got) == 1 and got[0].startswith("planner.success_threshold=0.5 is above the highest reward")
+    assert unused_settings(load_config(None, [low, "planner.success_threshold=0.4"])) == []  # reachable: fine
+    two = "reward.functions=[{name: exact_match, weight: 0.6}, {name: format, weight: 0.3}]"
+    got = unused_settings(load_config(None, [two, "planner.success_threshold=1.0"]))
+    assert got and "(0.9: each scores at most 1)" in got[0] and got[0].endswith("set it to at most 0.9")
+    # a user's function may score above 1: nothing is claimed about it
+    assert unused_settings(load_config(None, ["reward.functions=[{name: 'mymod:score', weight: 0.5}]",
+                                              "planner.success_threshold=1.0"])) == []
+
+
 def test_settings_read_only_in_narrower_setups_are_named():
     # a KV cache kept across weight updates: only the continuous engine holds one, and only partial
     # rollouts or asynchronous training change weights while sequences are in flight

@@ -322,7 +322,7 @@ class PlannerConfig(_Section):
         None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
         "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
-    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, and the responses replay may reuse).")
+    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, and the responses replay may reuse). `rollwise train` warns when it is above the highest total reward the built-in reward functions can give.")
     posterior_decay: float = Field(
         1.0, gt=0, le=1, description="beta (MoPPS) and irt estimators: decay lambda, alpha <- lambda*alpha + (1-lambda) + "
         "successes (1 = no decay)."
@@ -659,6 +659,14 @@ def unused_settings(cfg: Config) -> list[str]:
     if len(tasks) == 1 and tasks[0].weight != 1.0:
         out.append(f"data.tasks[0].weight={tasks[0].weight} has no effect: a weight is a task's share of a mixture, and "
                    "this one has a single task")
+    rewards = cfg.reward.functions
+    if all(":" not in r.name for r in rewards):  # built-in functions score in [0, 1]; a user's may not
+        top = sum(max(r.weight, 0.0) for r in rewards)
+        if cfg.planner.success_threshold > top + 1e-9:
+            out.append(f"planner.success_threshold={cfg.planner.success_threshold:g} is above the highest reward these "
+                       f"reward functions can give ({top:g}: each scores at most 1): no sample would count as solved, "
+                       f"so the planner would take every prompt for unsolved and replay nothing; set it to at most "
+                       f"{top:g}")
     return out
 
 

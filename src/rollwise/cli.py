@@ -164,6 +164,25 @@ def memory_hint(command: str | None) -> str:
             "RUN_DIR KEY=VALUE`, e.g. train.micro_batch_size=4.")
 
 
+def disk_hint(command: str | None) -> str:
+    """What to do about a full disk, for the command that ran."""
+    if command == "train":
+        return ("free disk space or change run.output_dir (or model.cache_dir, where the built-in model is converted "
+                "once). A run continues from its last checkpoint with `rollwise train --resume RUN_DIR`.")
+    if command == "export":
+        return "free disk space or give an OUT_DIR on another disk, then export again."
+    return "free disk space (or set model.cache_dir on another disk), then run the command again."
+
+
+def write_hint(command: str | None) -> str:
+    """What to do about a folder that cannot be written, for the command that ran."""
+    if command == "train":
+        return "set run.output_dir (or model.cache_dir) to a folder you can write."
+    if command == "export":
+        return "give an OUT_DIR you can write."
+    return "run it where you can write, or set model.cache_dir to a folder you can write."
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -173,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from rollwise.config import ConfigError
+    from rollwise.errors import RolloutWorkerError
     from rollwise.models import ModelError
     from rollwise.tracking import StorageError
     from rollwise.training.checkpoint import CheckpointError
@@ -180,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
-            UsageError) as e:
+            UsageError, RolloutWorkerError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -194,12 +214,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rollwise: error: out of memory ({first}). {memory_hint(args.command)}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
         where = f" writing {e.filename}" if e.filename else ""
-        print(f"rollwise: error: disk full{where} ({e.strerror}); free disk space or change run.output_dir. A run "
-              "continues from its last checkpoint with `rollwise train --resume RUN_DIR`.", file=sys.stderr)
-        return 2
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"rollwise: error: disk full{where} ({e.strerror}); {disk_hint(args.command)}", file=sys.stderr)
+            return 2
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            target = f" {e.filename}" if e.filename else ""
+            print(f"rollwise: error: cannot write{target} ({e.strerror}); {write_hint(args.command)}", file=sys.stderr)
+            return 2
+        raise
 
 
 if __name__ == "__main__":

@@ -756,11 +756,25 @@ def build_config(data: dict[str, Any]) -> Config:
         raise ConfigError(_format_errors(e)) from None
 
 
+def read_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run folder's config.yaml as `rollwise train` wrote it; a ConfigError when it is empty or damaged."""
+    path = Path(run_dir) / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text())
+        why = "it is empty" if saved is None else None if isinstance(saved, dict) else "it holds no settings"
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        why = f"not valid YAML: {str(e).splitlines()[0]}"
+    if why:
+        raise ConfigError(f"{path} cannot be read ({why}), so the run's settings are unknown. Put back a copy of "
+                          "that file, or start a new run")
+    return saved
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML config file's sections as a dict (not yet validated), or a ConfigError naming the file."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file '{p}' not found")
+        raise ConfigError(f"config file '{p}' not found (looked for it from {Path.cwd()}); check the path")
     try:
         loaded = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:

@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
-from rollwise.config import Config, _merge, build_config, load_config, parse_overrides, read_config_file
+from rollwise.config import (
+    Config,
+    _merge,
+    build_config,
+    load_config,
+    parse_overrides,
+    read_config_file,
+    read_run_config,
+)
 
 
 def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
@@ -26,13 +33,15 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
         t = Path(target)
         run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
         if (run_dir / "config.yaml").is_file():  # the run's config, then a CONFIG.yaml given here, then overrides
-            saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+            saved = read_run_config(run_dir)
             if config:
                 saved = _merge(saved, read_config_file(config))
             cfg = build_config(_merge(saved, parse_overrides(overrides)))
             ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
             if ckpt is None:
-                raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate")
+                raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its "
+                                        "first one): resume or rerun it, or evaluate its base model with "
+                                        "`rollwise eval MODEL`")
             return cfg, ckpt
         if not t.exists() and looks_local(target):
             raise FileNotFoundError(f"'{target}' not found: give a run folder (runs/<name>), a checkpoint folder "

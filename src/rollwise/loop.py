@@ -19,7 +19,16 @@ import numpy as np
 import torch
 import yaml
 
-from rollwise.config import Config, build_config, config_changes, config_to_dict, leaves, unused_settings
+from rollwise.config import (
+    Config,
+    ConfigError,
+    build_config,
+    config_changes,
+    config_to_dict,
+    leaves,
+    read_run_config,
+    unused_settings,
+)
 from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
@@ -119,7 +128,7 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     if not path.is_file():
         raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; not a rollwise run folder "
                                 "(give the folder `rollwise train` printed as 'run folder: ...')")
-    saved = yaml.safe_load(path.read_text()) or {}
+    saved = read_run_config(Path(run_dir))
     run_over = overrides.get("run") if isinstance(overrides.get("run"), dict) else {}
     moved = sorted(k for k in ("name", "output_dir") if k in run_over and run_over[k] != (saved.get("run") or {}).get(k))
     if moved:
@@ -147,7 +156,7 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
     and the settings config.yaml lacks because a newer rollwise added them ({key: value}, said on one line).
     `write_config` writes the config once the checkpoint has loaded; both are kept in environment.json's
     entry for this resume, so the settings the earlier steps ran with are not lost."""
-    changes, added = config_changes(yaml.safe_load((run_dir / "config.yaml").read_text()) or {}, config_to_dict(cfg))
+    changes, added = config_changes(read_run_config(run_dir), config_to_dict(cfg))
     for key, (was, new) in changes.items():
         print(f"rollwise: the resume changes {key}: {was} -> {new}", file=sys.stderr)
     if added:
@@ -157,7 +166,13 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+    """config.yaml, replaced whole or not at all (a full disk mid-write leaves the old file)."""
+    tmp = run_dir / ".config.yaml.tmp"
+    try:
+        tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        os.replace(tmp, run_dir / "config.yaml")
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -261,11 +276,17 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
 
     train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
     ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
+    if not ids_by_uid:
+        raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than data.max_prompt_length="
+                          f"{cfg.data.max_prompt_length} tokens (chat template included); raise data.max_prompt_length "
+                          "or check data.tasks")
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
-        raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'}")
+        raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped "
+                                "before its first one; run.save_every sets how often they are written): start it "
+                                f"again with `rollwise train {run_dir / 'config.yaml'}`")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
     planner = build_planner(pcfg, list(ids_by_uid), cfg.rollout.prompts_per_step,
@@ -305,7 +326,12 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         write_config(run_dir, cfg)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
     record_environment(run_dir, run.start_step if ckpt else None, dtype, changes, added)
-    run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else None)
+    earlier = run_dir / "metrics.jsonl"
+    if ckpt is None and earlier.is_file() and earlier.stat().st_size:
+        print(f"rollwise: {run_dir} holds an earlier start that wrote no checkpoint; its metrics are replaced",
+              file=sys.stderr)
+    # a fresh start keeps no metrics of an earlier one in the folder (-1: none), a resume those up to its checkpoint
+    run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else -1)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:
         run.tracker.log(run.start_step, {"data/dropped_long_prompts": float(len(dropped))})

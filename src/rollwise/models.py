@@ -136,7 +136,10 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
         if not p.is_dir():
             raise ModelError(f"model path '{name_or_path}' not found: expected a folder with config.json")
         if not (p / "config.json").is_file():
-            raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder")
+            run = (p / "checkpoints").is_dir() or (p / "weights.safetensors").is_file()
+            hint = (f"; it looks like a rollwise run or checkpoint: `rollwise export {name_or_path} OUT_DIR` writes a "
+                    "model folder to give here" if run else "")
+            raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder{hint}")
         return str(p)
     return name_or_path
 
@@ -147,7 +150,9 @@ def load_tokenizer(path: str) -> Any:
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
-        raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        hint = "" if Path(path).exists() else " (hub ids need network access; use a local folder or smollm2-135m)"
+        raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {str(e).splitlines()[0]}{hint}"
+                         ) from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok

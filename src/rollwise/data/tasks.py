@@ -157,7 +157,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
     if fmt is None:
         raise ConfigError(f"data.tasks['{task.name}']: '{path}' must end in {', '.join(_FORMATS)}")
     if not path.is_file():
-        raise FileNotFoundError(f"data.tasks['{task.name}']: file '{path}' not found")
+        raise FileNotFoundError(f"data.tasks['{task.name}']: file '{path}' not found (looked for it from {Path.cwd()}); "
+                                "check data.tasks[...].path")
     from datasets import load_dataset
 
     extra = {"keep_default_na": False} if fmt == "csv" else {}
@@ -184,7 +185,9 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
         else:
             rows.append((i, question, answer))
     if not rows:
-        raise ConfigError(f"data.tasks['{task.name}']: no valid rows in '{path}' ({skipped} rows lack a question or answer)")
+        raise ConfigError(f"data.tasks['{task.name}']: no valid rows in '{path}' ({skipped} rows lack a question or "
+                          f"answer in the columns '{task.prompt_column}' and '{task.answer_column}'); check "
+                          "prompt_column and answer_column, or the file")
     if skipped:
         log.warning("task '%s': skipped %d malformed rows of '%s' (missing/empty question or answer)", task.name, skipped, path)
     return rows

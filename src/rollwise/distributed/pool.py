@@ -15,6 +15,7 @@ from typing import Any
 
 from rollwise.distributed.worker import RolloutWorker, WorkerSpec
 from rollwise.engine.executor import RoundOutput
+from rollwise.errors import RolloutWorkerError
 from rollwise.planner.base import Request
 
 
@@ -86,7 +87,7 @@ class RolloutPool:
                 results = unwrap_remote_error(
                     lambda: ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy]))
             except ray.exceptions.ActorDiedError as e:
-                raise RuntimeError(
+                raise RolloutWorkerError(
                     f"a rollout worker died more than distributed.max_worker_restarts="
                     f"{self.workers_restarts_allowed} times; its last error: {str(e).splitlines()[0]}. Resume from the "
                     "last checkpoint (rollwise train --resume RUN_DIR); Ray's logs are under /tmp/ray/session_latest/logs"

@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rollwise.algos.speculative import old_distribution_from_topk, residual_distribution, speculative_accept
+from rollwise.config import ConfigError
 from rollwise.engine.hf import (
     GenerationOutput,
     GenerationRequest,
@@ -41,8 +42,8 @@ KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each [
 def _get_kv(cache: Any) -> KV:
     """Per-layer tensors of a transformers cache."""
     if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
-        raise ValueError("continuous engine: models with sliding-window attention caches are not supported; "
-                         "use rollout.engine=hf")
+        raise ConfigError("rollout.engine=continuous does not support models with sliding-window attention "
+                          "(this model.name_or_path has some); set rollout.engine=hf")
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 
 from rollwise.engine.hf import GenerationOutput, GenerationRequest, RoundFeed, RoundStop
+from rollwise.models import ModelError
 
 
-class VLLMUnavailable(RuntimeError):
+class VLLMUnavailable(ModelError):
     """vLLM is not installed or no CUDA device is present; the message says what to do."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rollwise.config import ConfigError
 from rollwise.planner.estimators import Estimator
 
 
@@ -29,13 +30,13 @@ def read_prior_counts(path: str | Path) -> dict[str, tuple[int, int]]:
             row = json.loads(line)
             uid, s, n = row["uid"], row["successes"], row["samples"]
         except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f'{where}: expected {{"uid": ..., "successes": S, "samples": N}}, got {line[:80]!r} '
+            raise ConfigError(f'{where}: expected {{"uid": ..., "successes": S, "samples": N}}, got {line[:80]!r} '
                              f"({type(e).__name__}: {e})") from None
         if not (isinstance(s, int) and isinstance(n, int) and 0 <= s <= n and n > 0):
-            raise ValueError(f"{where}: successes and samples must be whole numbers with 0 <= successes <= samples "
+            raise ConfigError(f"{where}: successes and samples must be whole numbers with 0 <= successes <= samples "
                              f"and samples >= 1, got successes={s!r}, samples={n!r}")
         if str(uid) in out:
-            raise ValueError(f"{where}: uid '{uid}' is listed twice")
+            raise ConfigError(f"{where}: uid '{uid}' is listed twice")
         out[str(uid)] = (s, n)
     return out
 
@@ -47,7 +48,7 @@ def warm_start(estimator: Estimator, index: dict[str, int], counts: dict[str, tu
     known = [(index[u], s, n) for u, (s, n) in counts.items() if u in index]
     if not known:
         some = ", ".join(list(counts)[:3])
-        raise ValueError(f"planner.prior_counts: none of the {len(counts)} uids in {source} (e.g. {some}) is in this "
+        raise ConfigError(f"planner.prior_counts: none of the {len(counts)} uids in {source} (e.g. {some}) is in this "
                          f"run's training pool of {len(index)} prompts; measure the file on this run's data "
                          "(the same data.* settings and run.seed)")
     for i, s, n in known:

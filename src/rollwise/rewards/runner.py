@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.util import Finalize
 from typing import Any, Self
 
-from rollwise.config import RewardConfig
+from rollwise.config import ConfigError, RewardConfig
 from rollwise.types import PromptItem
 
 MAX_MESSAGES = 5
@@ -167,7 +167,9 @@ class RewardRunner:
         if msg is None or msg[0] != "ready":
             self._kill()
             why = msg[1] if msg is not None and msg[0] == "init_error" else "it died or did not start in time"
-            raise RuntimeError(f"reward worker failed to start: {why}")
+            raise ConfigError(f"the reward worker for reward.functions {', '.join(self.names)} failed to start ({why}): "
+                              "check that each module imports in a fresh `python -c 'import MODULE'`, and keep slow "
+                              f"setup out of import time (the worker has {STARTUP_TIMEOUT:g} s to start)")
         return parent_conn
 
     def _recv(self, timeout: float) -> tuple | None:

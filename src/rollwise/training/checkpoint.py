@@ -86,9 +86,15 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
     weights = load_file(str(path / "weights.safetensors"))
     missing = [k for k in weights if k not in model.state_dict()]
+    fix = ("it was saved with another model or LoRA setting; load it with the run's own model.* settings (drop "
+           "model.* overrides)")
     if missing:
-        raise CheckpointError(f"checkpoint {path} does not match the model (unknown tensors such as {missing[0]})")
-    model.load_state_dict(weights, strict=False)
+        raise CheckpointError(f"checkpoint {path} does not match the model (unknown tensors such as {missing[0]}): {fix}")
+    try:
+        model.load_state_dict(weights, strict=False)
+    except RuntimeError as e:  # same names, other shapes: a different model size or LoRA rank
+        first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
+        raise CheckpointError(f"checkpoint {path} does not match the model ({first}): {fix}") from None
 
 
 def load_checkpoint_state(path: Path) -> dict[str, Any]:

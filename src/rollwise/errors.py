@@ -1,0 +1,7 @@
+"""Errors a run can end with that are not about its config, model, checkpoint or storage (those live
+beside the code that raises them: ConfigError, ModelError, CheckpointError, StorageError). The CLI
+prints each as one `rollwise: error:` line."""
+
+
+class RolloutWorkerError(RuntimeError):
+    """A rollout worker died more often than Ray may restart it; the message says how to go on."""

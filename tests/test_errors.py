@@ -1,0 +1,156 @@
+"""Bad input and broken surroundings end in one `rollwise: error:` line that names what was wrong and
+what to do, with exit status 2, and lose nothing: each case as a user meets it."""
+
+import errno
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from test_e2e import _args
+
+import rollwise.cli as cli
+from rollwise.cli import main
+from rollwise.config import ConfigError, load_config, read_run_config
+from rollwise.loop import write_config
+
+
+def test_a_full_disk_while_rewriting_config_yaml_leaves_the_old_one(tmp_path, monkeypatch):
+    cfg = load_config(None, ["train.max_steps=7"])
+    write_config(tmp_path, cfg)
+    before = (tmp_path / "config.yaml").read_text()
+    import pathlib
+
+    real = pathlib.Path.write_text
+
+    def half_then_full(self, text, *a, **k):
+        real(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(pathlib.Path, "write_text", half_then_full)
+    with pytest.raises(OSError):
+        write_config(tmp_path, load_config(None, ["train.max_steps=9"]))
+    monkeypatch.undo()
+    assert (tmp_path / "config.yaml").read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary file left
+
+
+@pytest.mark.parametrize(("text", "why"), [("", "it is empty"), ("train: {max_steps: [1\n", "not valid YAML"),
+                                           ("- 1\n", "it holds no settings")])
+def test_a_damaged_config_yaml_is_named_on_resume_and_eval(tmp_path, capsys, text, why):
+    (tmp_path / "config.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=why):
+        read_run_config(tmp_path)
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'config.yaml'} cannot be read ({why}" in err and "start a new run" in err
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "cannot be read" in capsys.readouterr().err
+
+
+def test_every_prompt_too_long_says_which_setting(tiny_model_dir, tmp_path, capsys):
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "long", 1, ["data.max_prompt_length=3"])]) == 2
+    err = capsys.readouterr().err
+    assert "no training prompts left" in err and "data.max_prompt_length=3" in err
+
+
+def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoints(tiny_model_dir, tmp_path, capsys):
+    run = tmp_path / "again"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0, "time/setup_s": 1.0}\n{"step": 1, "rollout/reward_mean": 0.9}\n')
+    extra = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "again", 1, extra)]) == 0
+    assert "earlier start that wrote no checkpoint" in capsys.readouterr().err
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    assert sum('"rollout/reward_mean"' in r for r in rows) == 1 and '"rollout/reward_mean": 0.9' not in "".join(rows)
+
+
+def test_a_checkpoint_of_another_shape_names_the_fix(tmp_path):
+    from rollwise.training.checkpoint import CheckpointError, load_checkpoint_weights
+
+    save_file({"weight": torch.zeros(3, 3), "bias": torch.zeros(3)}, str(tmp_path / "weights.safetensors"))
+    with pytest.raises(CheckpointError, match="size mismatch.*model.\\* settings"):
+        load_checkpoint_weights(tmp_path, torch.nn.Linear(2, 2))
+    save_file({"other.weight": torch.zeros(2, 2)}, str(tmp_path / "weights.safetensors"))
+    with pytest.raises(CheckpointError, match="unknown tensors such as other.weight.*model.\\* settings"):
+        load_checkpoint_weights(tmp_path, torch.nn.Linear(2, 2))
+
+
+def test_a_run_folder_given_as_the_model_points_to_export(tmp_path):
+    from rollwise.models import ModelError, resolve_model_path
+
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ModelError, match="rollwise export .*run OUT_DIR"):
+        resolve_model_path(str(tmp_path / "run"))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(ModelError, match="not a Hugging Face model folder$"):
+        resolve_model_path(str(tmp_path / "plain"))
+
+
+def test_vllm_missing_is_a_clean_error():
+    from rollwise.engine.vllm import VLLMUnavailable
+    from rollwise.models import ModelError
+
+    assert issubclass(VLLMUnavailable, ModelError)  # the CLI prints a ModelError as one line
+
+
+def test_a_reward_worker_that_cannot_start_names_the_functions(tmp_path, monkeypatch):
+    from rollwise.config import RewardConfig
+    from rollwise.rewards import RewardRunner
+
+    (tmp_path / "child_fails.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.current_process().name == 'rollwise-reward-worker':\n"
+        "    raise RuntimeError('no GPU for the judge in the worker')\n"
+        "def score(completion, item):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = RewardRunner(RewardConfig(functions=[{"name": "child_fails:score"}]))
+    with pytest.raises(ConfigError, match="reward.functions child_fails:score failed to start.*no GPU.*import MODULE"):
+        runner._start()
+
+
+@pytest.mark.parametrize(("command", "says"), [("train", "run.output_dir"), ("export", "OUT_DIR"),
+                                               ("eval", "model.cache_dir")])
+def test_a_folder_that_cannot_be_written_says_what_to_change(monkeypatch, capsys, command, says):
+    def denied(args):
+        raise PermissionError(errno.EACCES, "Permission denied", "/runs/x")
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(denied))
+    assert main([command]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write /runs/x (Permission denied)" in err and says in err
+
+
+def _parser_running(fn):
+    import argparse
+
+    def build():
+        p = argparse.ArgumentParser()
+        sub = p.add_subparsers(dest="command")
+        for name in ("train", "export", "eval"):
+            sub.add_parser(name).set_defaults(func=fn)
+        return p
+
+    return build
+
+
+def test_the_disk_full_hint_fits_the_command(monkeypatch, capsys):
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/out/model.safetensors")
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(full))
+    assert main(["export"]) == 2
+    err = capsys.readouterr().err
+    assert "disk full writing /out/model.safetensors" in err and "OUT_DIR" in err and "--resume" not in err
+    assert main(["train"]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_a_dead_rollout_worker_is_one_line(monkeypatch, capsys):
+    from rollwise.errors import RolloutWorkerError
+
+    def died(args):
+        raise RolloutWorkerError("a rollout worker died more than distributed.max_worker_restarts=3 times; resume")
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(died))
+    assert main(["train"]) == 2
+    assert "rollwise: error: a rollout worker died" in capsys.readouterr().err

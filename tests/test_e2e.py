@@ -74,6 +74,25 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     ck = load_file(str(run / "checkpoints" / "step_000008" / "weights.safetensors"))
     assert ck and all((hf[k] == v).all() for k, v in ck.items())
     assert main(["export", str(run), str(exported)]) == 2  # never over an existing folder
+    # a disk that fills mid-export (safetensors' own error) is the disk-full message and leaves no half folder
+    from transformers import PreTrainedModel
+
+    real_save = PreTrainedModel.save_pretrained
+
+    def full_disk(self, folder, **kw):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space '
+                           'left on device" })')
+
+    PreTrainedModel.save_pretrained = full_disk
+    try:
+        assert main(["export", str(run), str(tmp_path / "again")]) == 2
+    finally:
+        PreTrainedModel.save_pretrained = real_save
+    assert "disk full" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists() and not (tmp_path / ".again.tmp").exists()
+    assert main(["export", str(run), str(tmp_path / "again")]) == 0  # the retry is not blocked
     capsys.readouterr()
     assert main(["eval", str(exported), "run.progress=false", "data.tasks=[{name: chain_sum, params: {min_terms: 2, "
                  "max_terms: 2, max_digits: 1}}]", "data.eval_size=8", "reward.functions=[{name: 'rewards_for_tests:digit_share'}]",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     import torch
 
     from rollwise.evalcmd import _target_config
-    from rollwise.models import apply_lora, load_model, load_tokenizer, resolve_model_path
+    from rollwise.models import apply_lora, load_model, load_tokenizer, resolve_model_path, save_model_folder
     from rollwise.training.checkpoint import load_checkpoint_weights
 
     out = Path(args.out)
@@ -58,11 +60,20 @@ def run_export_command(args: argparse.Namespace) -> int:
     if hasattr(model, "peft_config"):
         model = model.merge_and_unload()
     model = model.to(getattr(torch, args.dtype))
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out), safe_serialization=True)
-    tok.save_pretrained(str(out))
-    (out / "rollwise_export.json").write_text(json.dumps({
-        "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path, "lora_merged": cfg.model.lora.enabled,
-        "dtype": args.dtype}, indent=1) + "\n")
+    # written beside OUT_DIR and renamed when complete: a full disk leaves no half-written OUT_DIR to block a retry
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        save_model_folder(model, tmp)
+        tok.save_pretrained(str(tmp))
+        (tmp / "rollwise_export.json").write_text(json.dumps({
+            "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path,
+            "lora_merged": cfg.model.lora.enabled, "dtype": args.dtype}, indent=1) + "\n")
+        if out.is_dir():
+            out.rmdir()  # checked empty above
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"exported {ckpt} -> {out} ({args.dtype}); use it as model.name_or_path={out}")
     return 0

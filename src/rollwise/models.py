@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import inspect
 import os
@@ -106,7 +107,7 @@ def _convert_builtin(name: str, cache_dir: Path) -> Path:
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.save_pretrained(tmp)
+        save_model_folder(model, tmp)
         tok.save_pretrained(tmp)
         if target.exists():
             shutil.rmtree(tmp)
@@ -116,6 +117,18 @@ def _convert_builtin(name: str, cache_dir: Path) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def save_model_folder(model: torch.nn.Module, folder: Path) -> None:
+    """`model.save_pretrained(folder)`; safetensors reports a full disk as its own error type, which becomes the
+    OSError(ENOSPC) the CLI turns into its disk-full message."""
+    try:
+        model.save_pretrained(str(folder), safe_serialization=True)
+    except Exception as e:
+        text = str(e)
+        if "No space left on device" in text or "os error 28" in text or "code: 28" in text:
+            raise OSError(errno.ENOSPC, "No space left on device", str(folder)) from e
+        raise
 
 
 def looks_local(name_or_path: str) -> bool:

@@ -32,6 +32,7 @@ def _fake_ray(calls):
 
 
 def test_ray_address_joins_that_cluster_and_no_address_starts_one(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # init_ray sets it when unset: keep it out of later tests
     calls = []
     monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls))
     assert init_ray("ray://head:10001") is True

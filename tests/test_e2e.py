@@ -86,12 +86,16 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
                            'left on device" })')
 
     PreTrainedModel.save_pretrained = full_disk
+    (tmp_path / "made").mkdir()  # an OUT_DIR made beforehand, empty: written in place, emptied again on failure
     try:
         assert main(["export", str(run), str(tmp_path / "again")]) == 2
+        assert main(["export", str(run), str(tmp_path / "made")]) == 2
     finally:
         PreTrainedModel.save_pretrained = real_save
     assert "disk full" in capsys.readouterr().err
     assert not (tmp_path / "again").exists() and not (tmp_path / ".again.tmp").exists()
+    assert (tmp_path / "made").is_dir() and not list((tmp_path / "made").iterdir())
+    assert main(["export", str(run), str(tmp_path / "made")]) == 0
     assert main(["export", str(run), str(tmp_path / "again")]) == 0  # the retry is not blocked
     capsys.readouterr()
     assert main(["eval", str(exported), "run.progress=false", "data.tasks=[{name: chain_sum, params: {min_terms: 2, "
@@ -483,4 +487,4 @@ def test_spec_lenience_and_topk_reach_the_engine_and_executor(tiny_model_dir, tm
         assert seen, "no prompt came back with responses to verify"
         rates[lenience] = sum(seen) / len(seen)
     assert recorded == [5, 5]
-    assert rates[1.0] > 0.3 and rates[0.01] < rates[1.0] / 3
+    assert rates[1.0] > 0.1 and rates[0.01] < rates[1.0] / 2  # measured: 0.76 and 0.0

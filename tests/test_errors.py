@@ -55,10 +55,14 @@ def test_every_prompt_too_long_says_which_setting(tiny_model_dir, tmp_path, caps
 
 def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoints(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "again"
-    run.mkdir()
+    (run / "checkpoints" / ".tmp_step_000002").mkdir(parents=True)  # killed while writing its first checkpoint
     (run / "metrics.jsonl").write_text('{"step": 0, "time/setup_s": 1.0}\n{"step": 1, "rollout/reward_mean": 0.9}\n')
     extra = ["eval.at_start=false", "eval.at_end=false"]
-    assert main(["train", *_args(tiny_model_dir, tmp_path, "again", 1, extra)]) == 0
+    write_config(run, load_config(None, _args(tiny_model_dir, tmp_path, "again", 1, extra)))
+    assert main(["train", "--resume", str(run)]) == 2  # nothing to resume: the message gives the command that starts it
+    err = capsys.readouterr().err
+    assert f"rollwise train {run / 'config.yaml'} run.name=again run.output_dir={tmp_path}" in err
+    assert main(["train", str(run / "config.yaml"), "run.name=again", f"run.output_dir={tmp_path}"]) == 0
     assert "earlier start that wrote no checkpoint" in capsys.readouterr().err
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert sum('"rollout/reward_mean"' in r for r in rows) == 1 and '"rollout/reward_mean": 0.9' not in "".join(rows)
@@ -117,7 +121,7 @@ def test_a_folder_that_cannot_be_written_says_what_to_change(monkeypatch, capsys
     monkeypatch.setattr(cli, "build_parser", _parser_running(denied))
     assert main([command]) == 2
     err = capsys.readouterr().err
-    assert "cannot write /runs/x (Permission denied)" in err and says in err
+    assert "permission denied for /runs/x (Permission denied)" in err and says in err
 
 
 def _parser_running(fn):

@@ -175,12 +175,12 @@ def disk_hint(command: str | None) -> str:
 
 
 def write_hint(command: str | None) -> str:
-    """What to do about a folder that cannot be written, for the command that ran."""
+    """Where to write instead, when a folder cannot be written, for the command that ran."""
     if command == "train":
-        return "set run.output_dir (or model.cache_dir) to a folder you can write."
+        return "where it is an output, set run.output_dir (or model.cache_dir) to a folder you can write."
     if command == "export":
-        return "give an OUT_DIR you can write."
-    return "run it where you can write, or set model.cache_dir to a folder you can write."
+        return "where it is the output, give an OUT_DIR you can write."
+    return "where it is the converted model's cache, set model.cache_dir to a folder you can write."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from rollwise.config import ConfigError
-    from rollwise.errors import RolloutWorkerError
+    from rollwise.errors import RewardWorkerError, RolloutWorkerError
     from rollwise.models import ModelError
     from rollwise.tracking import StorageError
     from rollwise.training.checkpoint import CheckpointError
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
-            UsageError, RolloutWorkerError) as e:
+            UsageError, RolloutWorkerError, RewardWorkerError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -219,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rollwise: error: disk full{where} ({e.strerror}); {disk_hint(args.command)}", file=sys.stderr)
             return 2
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            target = f" {e.filename}" if e.filename else ""
-            print(f"rollwise: error: cannot write{target} ({e.strerror}); {write_hint(args.command)}", file=sys.stderr)
+            target = f" for {e.filename}" if e.filename else ""
+            print(f"rollwise: error: permission denied{target} ({e.strerror}); make it readable (or writable, for "
+                  f"an output) by you, or {write_hint(args.command)}", file=sys.stderr)
             return 2
         raise
 

@@ -5,3 +5,7 @@ prints each as one `rollwise: error:` line."""
 
 class RolloutWorkerError(RuntimeError):
     """A rollout worker died more often than Ray may restart it; the message says how to go on."""
+
+
+class RewardWorkerError(RuntimeError):
+    """The reward worker, which started before, could not be started again mid-run; the run resumes."""

@@ -40,7 +40,7 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
             ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
             if ckpt is None:
                 raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its "
-                                        "first one): resume or rerun it, or evaluate its base model with "
+                                        "first one): rerun it, or evaluate its base model with "
                                         "`rollwise eval MODEL`")
             return cfg, ckpt
         if not t.exists() and looks_local(target):

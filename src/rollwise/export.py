@@ -60,20 +60,29 @@ def run_export_command(args: argparse.Namespace) -> int:
     if hasattr(model, "peft_config"):
         model = model.merge_and_unload()
     model = model.to(getattr(torch, args.dtype))
-    # written beside OUT_DIR and renamed when complete: a full disk leaves no half-written OUT_DIR to block a retry
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    # A new OUT_DIR is written beside it and renamed when complete; an existing empty one is written in place and
+    # emptied again on failure. Either way a full disk leaves no half-written OUT_DIR to block a retry.
+    existed = out.is_dir()
+    tmp = out if existed else out.parent / f".{out.resolve().name}.tmp"
+    if not existed:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     try:
         save_model_folder(model, tmp)
         tok.save_pretrained(str(tmp))
         (tmp / "rollwise_export.json").write_text(json.dumps({
             "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path,
             "lora_merged": cfg.model.lora.enabled, "dtype": args.dtype}, indent=1) + "\n")
-        if out.is_dir():
-            out.rmdir()  # checked empty above
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not existed:
+            os.replace(tmp, out)
+    except BaseException:
+        for leftover in list(tmp.iterdir()) if tmp.is_dir() else []:
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        if not existed:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     print(f"exported {ckpt} -> {out} ({args.dtype}); use it as model.name_or_path={out}")
     return 0

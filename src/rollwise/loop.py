@@ -111,7 +111,7 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
         return run_dir, cfg
     name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir) / name
-    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+    if latest_checkpoint(run_dir) is not None:  # a step checkpoint; a half-written one or a best alone is no run to resume
         raise FileExistsError(f"run folder {run_dir} already has checkpoints: use --resume {run_dir} or a new run.name")
     if not create:
         return run_dir, cfg
@@ -286,7 +286,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped "
                                 "before its first one; run.save_every sets how often they are written): start it "
-                                f"again with `rollwise train {run_dir / 'config.yaml'}`")
+                                f"again with `rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} "
+                                f"run.output_dir={run_dir.parent}`")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
     planner = build_planner(pcfg, list(ids_by_uid), cfg.rollout.prompts_per_step,

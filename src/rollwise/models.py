@@ -128,6 +128,8 @@ def save_model_folder(model: torch.nn.Module, folder: Path) -> None:
         text = str(e)
         if "No space left on device" in text or "os error 28" in text or "code: 28" in text:
             raise OSError(errno.ENOSPC, "No space left on device", str(folder)) from e
+        if "Disk quota exceeded" in text or "os error 122" in text or "code: 122" in text:
+            raise OSError(errno.EDQUOT, "Disk quota exceeded", str(folder)) from e
         raise
 
 

@@ -24,6 +24,7 @@ from multiprocessing.util import Finalize
 from typing import Any, Self
 
 from rollwise.config import ConfigError, RewardConfig
+from rollwise.errors import RewardWorkerError
 from rollwise.types import PromptItem
 
 MAX_MESSAGES = 5
@@ -143,6 +144,7 @@ class RewardRunner:
         for name in self.names:
             resolve(name)  # fail fast: ConfigError naming the function
         self.restarts = 0
+        self._started = False  # whether a worker has started once (a later failure to start is not the config's)
         self._lock = threading.Lock()
         self._proc: Any = None
         self._conn: Connection | None = None
@@ -167,9 +169,13 @@ class RewardRunner:
         if msg is None or msg[0] != "ready":
             self._kill()
             why = msg[1] if msg is not None and msg[0] == "init_error" else "it died or did not start in time"
+            if self._started:  # a restart mid-run (after a hang or a crash): the functions imported before
+                raise RewardWorkerError(f"the reward worker for reward.functions {', '.join(self.names)} failed to restart "
+                                        f"({why}); continue with `rollwise train --resume RUN_DIR`")
             raise ConfigError(f"the reward worker for reward.functions {', '.join(self.names)} failed to start ({why}): "
                               "check that each module imports in a fresh `python -c 'import MODULE'`, and keep slow "
                               f"setup out of import time (the worker has {STARTUP_TIMEOUT:g} s to start)")
+        self._started = True
         return parent_conn
 
     def _recv(self, timeout: float) -> tuple | None:

@@ -93,6 +93,8 @@ def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
     try:
         model.load_state_dict(weights, strict=False)
     except RuntimeError as e:  # same names, other shapes: a different model size or LoRA rank
+        if "size mismatch" not in str(e):
+            raise
         first = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), str(e).splitlines()[0])
         raise CheckpointError(f"checkpoint {path} does not match the model ({first}): {fix}") from None
 

@@ -183,7 +183,8 @@ class RolloutConfig(_Section):
         "a step and carries a third as many; 1 turns carrying off.")
     partial_keep_kv: bool = Field(
         False, description="Partial rollouts, or asynchronous training's in-flight weight updates: sequences carried "
-        "or in flight keep their KV cache in the engine across the weight update instead of prefilling prompt + prefix again under the new weights (PipelineRL's in-flight update; on "
+        "or in flight keep their KV cache in the engine across the weight update instead of prefilling prompt + "
+        "prefix again under the new weights (PipelineRL's in-flight update; on "
         "a CPU a prefill costs nearly as much as decoding). Their later tokens attend to keys of older weights; the "
         "recorded behaviour log-probs are what was sampled. The held KV is not checkpointed, so a resumed run "
         "re-prefills and is not bit-identical.")
@@ -322,7 +323,10 @@ class PlannerConfig(_Section):
         None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
         "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
-    success_threshold: float = Field(0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, and the responses replay may reuse). `rollwise train` warns when it is above the highest total reward the built-in reward functions can give.")
+    success_threshold: float = Field(
+        0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, "
+        "and the responses replay may reuse). `rollwise train` warns when it is above the highest total reward the "
+        "built-in reward functions can give.")
     posterior_decay: float = Field(
         1.0, gt=0, le=1, description="beta (MoPPS) and irt estimators: decay lambda, alpha <- lambda*alpha + (1-lambda) + "
         "successes (1 = no decay)."

@@ -119,13 +119,22 @@ def record_environment(run_dir: Path, resumed_from_step: int | None = None, comp
     if config_added:
         entry["config_added"] = config_added
     entries = [*_entries(path), entry]
-    tmp = path.with_suffix(".json.tmp")
     try:
-        tmp.write_text(json.dumps(entries, indent=1) + "\n")
-        os.replace(tmp, path)
+        replace_text(path, json.dumps(entries, indent=1) + "\n")
     except OSError as e:  # a record, not the run: a full disk stops the run at its checkpoint, with its own message
         print(f"rollwise: warning: could not write {path} ({e.strerror})", file=sys.stderr)
     return entry
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a temporary file beside it, renamed over it (a full disk mid-write
+    leaves the old file and no temporary one)."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _entries(path: Path) -> list[dict[str, Any]]:

@@ -76,13 +76,13 @@ def run_export_command(args: argparse.Namespace) -> int:
         if not existed:
             os.replace(tmp, out)
     except BaseException:
-        for leftover in list(tmp.iterdir()) if tmp.is_dir() else []:
+        if not existed:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in list(tmp.iterdir()) if existed else []:  # the folder made beforehand stays, empty
             if leftover.is_dir() and not leftover.is_symlink():
                 shutil.rmtree(leftover)
             else:
                 leftover.unlink()
-        if not existed:
-            shutil.rmtree(tmp, ignore_errors=True)
         raise
     print(f"exported {ckpt} -> {out} ({args.dtype}); use it as model.name_or_path={out}")
     return 0

@@ -33,7 +33,7 @@ from rollwise.data import build_items, encode_prompts
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
-from rollwise.environment import record_environment
+from rollwise.environment import record_environment, replace_text
 from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
     ModelError,
@@ -128,7 +128,7 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     if not path.is_file():
         raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; not a rollwise run folder "
                                 "(give the folder `rollwise train` printed as 'run folder: ...')")
-    saved = read_run_config(Path(run_dir))
+    saved = read_run_config(run_dir)
     run_over = overrides.get("run") if isinstance(overrides.get("run"), dict) else {}
     moved = sorted(k for k in ("name", "output_dir") if k in run_over and run_over[k] != (saved.get("run") or {}).get(k))
     if moved:
@@ -167,12 +167,7 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
 
 def write_config(run_dir: Path, cfg: Config) -> None:
     """config.yaml, replaced whole or not at all (a full disk mid-write leaves the old file)."""
-    tmp = run_dir / ".config.yaml.tmp"
-    try:
-        tmp.write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-        os.replace(tmp, run_dir / "config.yaml")
-    finally:
-        tmp.unlink(missing_ok=True)
+    replace_text(run_dir / "config.yaml", yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""The default job (`rollwise train`, 40 steps) with two planners, paired by seed (by default the
-uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE...] as in
-`rollwise simulate`, and the table reports B - A).
+"""The default job (`rollwise train`, 40 steps) with two or more planners, paired by seed (by default
+the uniform and the adaptive planner; `--variants A B [C ...]` names others, NAME[:KEY=VALUE...] as in
+`rollwise simulate`, and a table reports B - A, another C - A). A KEY with a dot is any config key:
+`adaptive:train.max_rollout_tokens=33000` is the adaptive planner stopped by a rollout-token budget.
 
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3            # 8 runs, two side by side, ~85 min
     .venv/bin/python bench/default_planner.py --seeds 0 1 2 3 --report   # the table from finished runs
@@ -10,9 +11,11 @@ uniform and the adaptive planner; `--variants A B` names others, NAME[:KEY=VALUE
         --out bench/out/screen_threshold
     .venv/bin/python bench/default_planner.py --variants adaptive adaptive:success_threshold=1.0 --seeds 20 21 \
         --out bench/out/success_exact --also bench/out/default_today   # only the new arm runs
+    .venv/bin/python bench/default_planner.py --variants uniform adaptive:train.max_rollout_tokens=33000 \
+        uniform:train.max_rollout_tokens=33000 --seeds 60 61 --out bench/out/half_tokens   # 3 arms, 2 tables
 
-Both strategies run the same number of steps (the default job is bounded by steps and time, not
-tokens), one torch thread each, so that two runs share the 2 cores. Each run is
+Unless a variant sets train.max_rollout_tokens, all run the same number of steps (the default job is
+bounded by steps and time, not tokens), one torch thread each, so that two runs share the 2 cores. Each run is
 `rollwise train run.seed=N planner.strategy=S run.torch_threads=1`; held-out accuracy is the
 job's own greedy evaluation on its 300 items, before and after. A killed run resumes from its last
 checkpoint when the command is run again; a finished run's checkpoints are deleted (about 3 GB a
@@ -31,6 +34,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 STRATEGIES = ("uniform", "adaptive")
 
 
@@ -48,7 +53,7 @@ def train(out: Path, seed: int, variant: str, keep_checkpoints: bool = False, al
     strategy, *keys = variant.split(":")
     cmd = [sys.executable, "-m", "rollwise", "train", f"run.seed={seed}", f"planner.strategy={strategy}",
            "run.torch_threads=1", f"run.output_dir={out}", f"run.name={name}", "run.progress=false",
-           *[f"planner.{k}" for k in keys]]
+           *[k if "." in k.split("=")[0] else f"planner.{k}" for k in keys]]  # train.max_rollout_tokens=N as given
     if (out / name / "checkpoints").is_dir() and any((out / name / "checkpoints").iterdir()):
         cmd[4:] = ["--resume", str(out / name)]  # a killed run continues from its last checkpoint
     with open(out / f"{name}.log", "w") as log:
@@ -63,11 +68,20 @@ def result(run_dir: Path) -> dict | None:
     rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     evals = [r for r in rows if "eval/accuracy" in r]
     steps = [r for r in rows if "time/step_s" in r]
-    if len(evals) < 2 or not steps or steps[-1]["step"] < 40:
+    if len(evals) < 2 or not steps or not finished(run_dir, steps[-1]):
         return None
     return {"before": evals[0]["eval/accuracy"], "after": evals[-1]["eval/accuracy"],
             "tokens": steps[-1]["rollout/tokens_total"], "rollouts": steps[-1]["rollout/rollouts_total"],
             "len_last": statistics.mean(r["rollout/response_len_mean"] for r in steps[-5:])}
+
+
+def finished(run_dir: Path, last: dict) -> bool:
+    """The run ended: it logged train.max_steps steps, or generated its train.max_rollout_tokens
+    (read from the run's config.yaml; a run without one has 40 steps, the default job's)."""
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    train_cfg = (cfg or {}).get("train") or {}
+    cap = train_cfg.get("max_rollout_tokens")
+    return last["step"] >= train_cfg.get("max_steps", 40) or (cap is not None and last["rollout/tokens_total"] >= cap)
 
 
 def find_run(folders: list[Path], name: str) -> Path | None:
@@ -75,7 +89,8 @@ def find_run(folders: list[Path], name: str) -> Path | None:
     return next((f / name for f in folders if (f / name / "metrics.jsonl").is_file()), None)
 
 
-def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, also: list[Path] = ()) -> int:
+def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, also: list[Path] = (),
+           table_name: str = "table.md") -> int:
     first, second = variants
     found = {(s, st): find_run([out, *also], run_name(st, s)) for s in seeds for st in variants}
     runs = {key: result(d) for key, d in found.items() if d is not None}
@@ -108,7 +123,7 @@ def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, 
     summary += (f"\nrollout tokens {second} / {first}: mean {statistics.mean(ratios):.2f} ({min(ratios):.2f}-"
                 f"{max(ratios):.2f}), fewer on {sum(r < 1 for r in ratios)} of {len(ratios)}")
     print(table + "\n\n" + summary)
-    (out / "table.md").write_text(table + "\n\n" + summary + "\n")
+    (out / table_name).write_text(table + "\n\n" + summary + "\n")
     return 0
 
 
@@ -116,8 +131,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
     ap.add_argument("--out", default="bench/out/default_planner")
-    ap.add_argument("--variants", nargs=2, default=list(STRATEGIES), metavar=("A", "B"),
-                    help="the two planners, NAME[:KEY=VALUE...] (default: uniform adaptive); the table reports B - A")
+    ap.add_argument("--variants", nargs="+", default=list(STRATEGIES), metavar="A B",
+                    help="two or more planners, NAME[:KEY=VALUE...] (default: uniform adaptive); a KEY with a dot is "
+                    "any config key (adaptive:train.max_rollout_tokens=33000), one without is a planner key; a table "
+                    "for each later variant reports it minus the first (table.md, then table_3.md, ...)")
     ap.add_argument("--report", action="store_true", help="only print the table of finished runs")
     ap.add_argument("--also", type=Path, nargs="+", default=[], metavar="DIR",
                     help="look for the seeds' finished runs in these output folders too: they are reused, not rerun, "
@@ -128,12 +145,16 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     variants = tuple(args.variants)
+    if len(variants) < 2:
+        ap.error("--variants needs at least two planners")
     if not args.report:
         out.mkdir(parents=True, exist_ok=True)
         jobs = [(s, st) for s in args.seeds for st in variants]
         with ThreadPoolExecutor(2) as pool:  # two runs side by side, one thread each
             list(pool.map(lambda job: train(out, *job, keep_checkpoints=args.keep_checkpoints, also=args.also), jobs))
-    return report(out, args.seeds, variants, args.also)
+    rcs = [report(out, args.seeds, (variants[0], v), args.also, "table.md" if i == 1 else f"table_{i + 1}.md")
+           for i, v in enumerate(variants[1:], 1)]
+    return max(rcs)
 
 
 if __name__ == "__main__":

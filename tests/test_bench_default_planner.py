@@ -70,3 +70,20 @@ def test_a_run_finished_in_an_also_folder_is_reused_not_rerun(tmp_path, monkeypa
     (old / "adaptive-seed3" / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.2}\n')
     bench.train(new, 3, "adaptive", also=[old])
     assert len(ran) == 2 and "run.seed=3" in ran[1]
+
+
+def test_a_dotted_variant_key_is_a_config_key_and_a_budget_stopped_run_counts_as_finished(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or _fake_run(cmd, **kw))
+    bench.train(tmp_path, 1, "adaptive:train.max_rollout_tokens=500:success_threshold=1.0")
+    assert "train.max_rollout_tokens=500" in ran[0] and "planner.success_threshold=1.0" in ran[0]
+    name = bench.run_name("adaptive:train.max_rollout_tokens=500", 2)
+    _finished(tmp_path, name, 0.2, 0.3, 1000)  # 40 steps, 1000 tokens
+    rows = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+    cut = rows[:21] + ['{"step": 20, "eval/accuracy": 0.3}']  # stopped at step 20, 500 tokens
+    (tmp_path / name / "metrics.jsonl").write_text("\n".join(cut) + "\n")
+    assert bench.result(tmp_path / name) is None  # no config.yaml: a 40-step run, unfinished at 20
+    (tmp_path / name / "config.yaml").write_text("train:\n  max_steps: 40\n  max_rollout_tokens: 600\n")
+    assert bench.result(tmp_path / name) is None  # 500 tokens of a 600 budget: killed, not finished
+    (tmp_path / name / "config.yaml").write_text("train:\n  max_steps: 40\n  max_rollout_tokens: 500\n")
+    assert bench.result(tmp_path / name)["tokens"] == 500

@@ -81,6 +81,37 @@ def test_override_syntax_errors():
         parse_overrides(["algo.beta"])
 
 
+def test_a_text_option_keeps_the_text_as_typed():
+    # read as YAML, ` #...` would be cut as a comment, `a: b` read as a mapping, a date as a date
+    cfg = load_config(None, ["data.instruction=End with #### and the number.", "run.name=2024-11-30",
+                             "model.name_or_path=./out #2", "run.output_dir=001"])
+    assert cfg.data.instruction == "End with #### and the number."
+    assert (cfg.run.name, cfg.model.name_or_path, cfg.run.output_dir) == ("2024-11-30", "./out #2", "001")
+    assert load_config(None, ["data.instruction=Final answer format: \\boxed{N}"]).data.instruction == \
+        "Final answer format: \\boxed{N}"
+    assert load_config(None, ["run.name=null"]).run.name is None  # None where None is allowed
+    assert load_config(None, ["run.name='a #b'"]).run.name == "a #b"  # quoted: YAML, as before
+    # other options are still YAML: numbers, booleans, lists
+    cfg = load_config(None, ["algo.beta=0.04", "run.progress=false", "train.max_steps=3"])
+    assert (cfg.algo.beta, cfg.run.progress, cfg.train.max_steps) == (0.04, False, 3)
+
+
+def test_a_section_given_twice_in_a_config_file_is_an_error_not_a_silent_drop(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train:\n  max_steps: 100\nalgo:\n  beta: 0.0\ntrain:\n  micro_batch_size: 4\n")
+    with pytest.raises(ConfigError, match=r"'train' is given twice in one section \(lines 1 and 5\)"):
+        load_config(p)
+    p.write_text("train:\n  max_steps: 100\n  max_steps: 3\n")
+    with pytest.raises(ConfigError, match="'max_steps' is given twice"):
+        load_config(p)
+
+
+@pytest.mark.parametrize("override", ["run.seed=-1", "planner.seed=-3", "run.seed=4294967296"])
+def test_a_seed_numpy_cannot_take_is_a_config_error(override):
+    with pytest.raises(ConfigError, match=override.split("=")[0]):
+        load_config(None, [override])
+
+
 def test_every_field_is_documented():
     rows = describe_fields()
     assert len(rows) > 40

@@ -450,6 +450,22 @@ def test_resuming_a_run_that_spent_its_token_budget_trains_only_with_a_larger_bu
     assert len(lines) > n and lines[-1]["rollout/tokens_total"] >= 300 > lines[-2]["rollout/tokens_total"]
 
 
+def test_resuming_a_finished_run_says_so_and_a_max_steps_below_its_checkpoint_is_refused(tiny_model_dir, tmp_path,
+                                                                                          capsys):
+    extra = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "done", 2, extra)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "done")]) == 0
+    assert len(_train_lines(tmp_path / "done")) == 2
+    assert ("rollwise: step 2: the run had already finished its train.max_steps=2; nothing to train"
+            in capsys.readouterr().err)
+    config = (tmp_path / "done" / "config.yaml").read_text()
+    assert main(["train", "--resume", str(tmp_path / "done"), "train.max_steps=1"]) == 2
+    assert ("the run's last checkpoint is at step 2, past train.max_steps=1; to train on, give a train.max_steps "
+            "above 2") in capsys.readouterr().err
+    assert (tmp_path / "done" / "config.yaml").read_text() == config  # refused before anything was rewritten
+
+
 def test_token_budget_ending_in_warm_up_warns_that_the_schedule_never_decayed(tiny_model_dir, tmp_path, capsys):
     """A token budget that stops the run while the warm-up still lasts: the config check cannot
     see it coming (it knows updates, not tokens), so the run says so when it stops."""

@@ -32,6 +32,12 @@ import time
 def half(completion, item):
     return 0.5
 
+def trl_style(completions, **kwargs):
+    return [0.0 for _ in completions]
+
+def with_defaults(completion, item=None, *, scale=1.0):
+    return scale
+
 def flaky(completion, item):
     if completion == "boom":
         raise RuntimeError("kaboom")
@@ -138,6 +144,9 @@ def test_load_user_function(user_module: str) -> None:
         load_user_function(f"{user_module}:missing")
     with pytest.raises(ConfigError, match="module:function"):
         load_user_function(":f")
+    with pytest.raises(ConfigError, match=r"signature \(completions, \*\*kwargs\).*TRL-style"):
+        load_user_function(f"{user_module}:trl_style")
+    assert load_user_function(f"{user_module}:with_defaults")("x", item("1")) == 1.0
 
 
 def test_runner_fails_fast_on_unimportable_function(user_module: str) -> None:
@@ -170,7 +179,7 @@ def test_weighted_sum_with_builtin_and_user_functions(user_module: str) -> None:
     runner.close()  # closing twice is fine
 
 
-def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: str) -> None:
+def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: str, capsys) -> None:
     cfg = RewardConfig(
         functions=[{"name": f"{user_module}:flaky", "weight": 1.0}, {"name": "exact_match", "weight": 10.0}],
         timeout=1.0,
@@ -185,7 +194,13 @@ def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: 
         assert (res.errors, res.timeouts, res.nans) == (2, 1, 1)  # errors: raised + None
         assert runner.restarts == 1
         assert any("kaboom" in m for m in res.messages)
-        assert any("ran past 1.0s" in m for m in res.messages)
+        assert any("ran past reward.timeout=1 s" in m for m in res.messages)
         assert all(math.isfinite(r) for r in res.rewards)
         again = runner.score(["4", "boom"], [item("4"), item("4")])  # the new worker keeps going
         assert again.rewards == [11.0, 0.0] and again.errors == 1
+    # each kind of failure of each function is shown once on stderr, whatever the progress display
+    err = capsys.readouterr().err
+    assert err.count("rollwise: warning: reward function") == 3, err
+    assert "reward function rw_user_fns:flaky raised RuntimeError: kaboom; the call scored 0" in err
+    assert "Later errors of rw_user_fns:flaky are only counted (metric reward/errors)" in err
+    assert "ran past reward.timeout=1 s" in err and "rw_user_fns:flaky returned nan" in err

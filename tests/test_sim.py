@@ -448,7 +448,9 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
                            (["--strategies", "uniform", "uniform:budget_rollouts=1000000"], "more than the run's total"),
                            (["--strategies", "uniform:budget_rollouts=128", "adaptive"], "a plain 'uniform' row"),
                            (["--strategies", "uniform", "adaptive", "adaptive"], "'adaptive' twice"),
-                           (["--revisit-decay", "1.5"], "--revisit-decay is a factor in [0, 1]")):
+                           (["--revisit-decay", "1.5"], "--revisit-decay is a factor in [0, 1]"),
+                           (["--seed-offset", "-1"], "--seed-offset must be in [0, 2**32"),
+                           (["--fit-steps", "3"], "give --fit RUN_DIR too")):
         a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
         assert a.func(a) == 2
         assert says in capsys.readouterr().err

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -430,7 +431,7 @@ class PlannerConfig(_Section):
         "(mopps, vade, knapsack, e3, adaptive). Rows for prompts outside the pool are ignored; a file with none "
         "in the pool is an error. A resumed run takes the belief from its checkpoint, not from the file.")
     seed: int | None = Field(
-        None, description="Seed of the planner's own random choices (posterior draws, skip draws, quota draws); "
+        None, ge=0, lt=2**32, description="Seed of the planner's own random choices (posterior draws, skip draws, quota draws); "
         "None: run.seed. Changing it alone keeps the data order and the engine's sampling seed, so repeats of one "
         "run.seed measure how much a run moves by the planner's draws alone.")
 
@@ -457,7 +458,7 @@ class EvalConfig(_Section):
 class RunConfig(_Section):
     output_dir: str = Field("runs", description="Parent folder of run folders.")
     name: str | None = Field(None, description="Run folder name (default: a timestamp).")
-    seed: int = Field(0, description="One seed for data order, sampling and the planner.")
+    seed: int = Field(0, ge=0, lt=2**32, description="One seed for data order, sampling and the planner.")
     save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
     torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores; the trainer actor of a "
@@ -698,12 +699,36 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not key:
             raise ConfigError(f"override '{item}' has an empty key")
+        text = _text_field(key)
+        if text is not None and not (len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\""):
+            # a text option keeps the text as typed: YAML would cut `#...` as a comment, read `a: b` as a
+            # mapping and 2024-11-30 as a date; null (or ~) still means None where None is allowed
+            _set_dotted(tree, key, None if text == "optional" and raw in ("null", "~") else raw)
+            continue
         try:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"override '{item}': value is not valid YAML ({e})") from None
         _set_dotted(tree, key, value)
     return tree
+
+
+def _text_field(key: str) -> str | None:
+    """"text" when the dotted `key` is a str option of Config, "optional" when str | None, else None."""
+    model: Any = Config
+    *sections, name = key.split(".")
+    for part in sections:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return None
+        model = field.annotation
+    field = getattr(model, "model_fields", {}).get(name)
+    if field is None:
+        return None
+    ann = field.annotation
+    if ann is str:
+        return "text"
+    return "optional" if get_origin(ann) in (Union, UnionType) and set(get_args(ann)) == {str, type(None)} else None
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -774,13 +799,37 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     return saved
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int, first: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line, self.first = key, line, first
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load that refuses a key given twice in one mapping (a second `train:` section)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, line, seen[key])
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML config file's sections as a dict (not yet validated), or a ConfigError naming the file."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' not found (looked for it from {Path.cwd()}); check the path")
     try:
-        loaded = yaml.safe_load(p.read_text()) or {}
+        loaded = yaml.load(p.read_text(), Loader=_UniqueKeyLoader) or {}  # noqa: S506  (a SafeLoader)
+    except _DuplicateKey as e:
+        raise ConfigError(f"config file '{p}': '{e.key}' is given twice in one section (lines {e.first} and "
+                          f"{e.line}); YAML keeps only the last and would drop the other's settings without a "
+                          "word. Merge them into one") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from None
     if not isinstance(loaded, dict):

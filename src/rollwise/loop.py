@@ -141,6 +141,11 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
             raise ConfigError(f"--resume cannot change {key} ({was[key]} -> {now.get(key)}): the checkpoint's training "
                               "set, planner belief and weights were made with it. Resume without it, or start a new "
                               f"run with {key}={now.get(key)}")
+    ckpt = latest_checkpoint(Path(run_dir))
+    at = int(ckpt.name.removeprefix("step_")) if ckpt is not None and ckpt.name[5:].isdigit() else 0
+    if at > cfg.train.max_steps:
+        raise ConfigError(f"--resume {run_dir}: the run's last checkpoint is at step {at}, past train.max_steps="
+                          f"{cfg.train.max_steps}; to train on, give a train.max_steps above {at}")
     return cfg
 
 
@@ -366,7 +371,16 @@ def steps_to_train(run: Run, progress: StepProgress) -> range:
     """The steps the loop runs: none when a resumed run had already stopped early or spent its
     rollout-token budget (it says so)."""
     return range(run.start_step, run.start_step if stopped_early(run, run.start_step, progress)
-                 or budget_spent_before(run, progress) else run.cfg.train.max_steps)
+                 or budget_spent_before(run, progress) or finished_before(run, progress) else run.cfg.train.max_steps)
+
+
+def finished_before(run: Run, progress: StepProgress) -> bool:
+    """A resumed run already at train.max_steps: say so (a summary alone would read as a run that trained)."""
+    if run.start_step == 0 or run.start_step < run.cfg.train.max_steps:
+        return False
+    say(progress, f"step {run.start_step}: the run had already finished its train.max_steps={run.cfg.train.max_steps}; "
+        "nothing to train. To train on, resume with a larger train.max_steps")
+    return True
 
 
 def token_budget_spent(cfg: Config, tokens: float) -> bool:

@@ -144,6 +144,7 @@ class RewardRunner:
         for name in self.names:
             resolve(name)  # fail fast: ConfigError naming the function
         self.restarts = 0
+        self._told: set[tuple[str, str]] = set()  # (function, kind) already shown on stderr
         self._started = False  # whether a worker has started once (a later failure to start is not the config's)
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -215,6 +216,15 @@ class RewardRunner:
         with self._lock:  # one worker, one pipe: the asynchronous loop scores from two threads
             return self._score(completions, items)
 
+    def _note(self, result: RewardResult, kind: str, name: str, message: str, sample: int) -> None:
+        """Count a failed call in `result`; the first failure of each kind of each function is also
+        shown on stderr, whatever the progress display (a run otherwise trains on its zeros)."""
+        result._note(kind, f"sample {sample}: {message}")
+        if (name, kind) not in self._told:
+            self._told.add((name, kind))
+            print(f"rollwise: warning: reward function {message}; the call scored 0 and the run goes on. Later "
+                  f"{kind} of {name} are only counted (metric reward/{kind})", file=sys.stderr, flush=True)
+
     def _score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
         if len(completions) != len(items):
             raise ValueError(f"score: {len(completions)} completions but {len(items)} items")
@@ -245,15 +255,16 @@ class RewardRunner:
                         self.restarts += 1
                         i, name = pos // nf, self.names[pos % nf]
                         if died:
-                            result._note("errors", f"sample {i}: {name} killed the reward worker")
+                            self._note(result, "errors", name, f"{name} killed the reward worker", i)
                         else:
-                            result._note("timeouts", f"sample {i}: {name} ran past {self.cfg.timeout}s")
+                            self._note(result, "timeouts", name,
+                                       f"{name} ran past reward.timeout={self.cfg.timeout:g} s", i)
                         pos += 1
                         break
                     score, status, message = msg
                     values[pos // nf][pos % nf] = score
                     if status != "ok":
-                        result._note(status, f"sample {pos // nf}: {message}")
+                        self._note(result, status, self.names[pos % nf], message, pos // nf)
                     pos += 1
         except BaseException:
             self._kill()  # the worker is mid-batch; never reuse it

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import logging
 import re
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
+from typing import Any
 
 from rollwise.config import ConfigError
 from rollwise.types import PromptItem
@@ -228,7 +230,25 @@ def load_user_function(spec: str) -> RewardFn:
         fn = getattr(fn, part)
     if not callable(fn):
         raise ConfigError(f"reward function '{spec}': '{attr}' in '{module_name}' is not callable")
+    check_signature(spec, fn)
     return fn  # type: ignore[return-value]
+
+
+def check_signature(spec: str, fn: Callable[..., Any]) -> None:
+    """ConfigError unless `fn` can be called as fn(completion, item), the way the worker calls it
+    (a TRL-style fn(completions, **kwargs), called once per batch, cannot)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins and C functions have none: left to the call
+        return
+    try:
+        sig.bind("completion", object())
+    except TypeError as e:
+        raise ConfigError(
+            f"reward function '{spec}' has the signature {sig}, which cannot be called as f(completion, item) "
+            f"({e}). rollwise calls it once per sample with the completion text and the prompt's item (.question, "
+            ".answer, .task, .entry) and expects a number back; a TRL-style f(completions, **kwargs) needs a "
+            "small wrapper") from e
 
 
 def resolve(name: str) -> RewardFn:

@@ -380,6 +380,10 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
     for k in at_least_1:
         if getattr(args, k) < 1:
             return f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
+    if not 0 <= args.seed_offset < 2**32 - args.seeds:
+        return f"--seed-offset must be in [0, 2**32 - --seeds), got {args.seed_offset}"
+    if args.fit_steps is not None and not args.fit:
+        return "--fit-steps counts the steps of the --fit runs to fit; give --fit RUN_DIR too"
     if args.budget is not None and args.budget < 1:
         return f"--budget must be >= 1, got {args.budget} (leave it out for the uniform batch)"
     if not 0.0 <= args.unsolvable < 1.0:

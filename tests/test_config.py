@@ -337,6 +337,16 @@ def test_settings_of_features_left_off_are_named():
                                               "distributed.worker_threads=2"])) == []
 
 
+def test_evaluation_options_without_an_evaluation_are_named():
+    got = unused_settings(load_config(None, ["data.eval_size=0", "eval.every_n_steps=5", "eval.pass_k=4",
+                                             "eval.early_stopping_patience=3", "eval.batch_size=8"]))
+    assert [line.split("=")[0] for line in got] == ["eval.every_n_steps", "eval.early_stopping_patience",
+                                                   "eval.pass_k", "eval.batch_size"]
+    assert got[-1].startswith("eval.batch_size=8 has no effect: it is read only with `rollwise eval`")
+    assert unused_settings(load_config(None, ["eval.every_n_steps=5", "eval.pass_k=4",
+                                              "eval.early_stopping_patience=3"])) == []
+
+
 def test_a_success_threshold_no_reward_can_reach_is_named():
     low = "reward.functions=[{name: reasoning_gym, weight: 0.4}]"
     got = unused_settings(load_config(None, [low]))  # the default threshold 0.5 above a best reward of 0.4

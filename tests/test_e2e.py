@@ -64,7 +64,13 @@ def test_train_writes_run_folder_and_learns(tiny_model_dir, tmp_path, capsys):
     assert "stopped by" in out and "train.max_steps=8" in out
     assert main(["report", str(run)]) == 0
     assert (run / "report.png").stat().st_size > 1000
+    capsys.readouterr()
     assert main(["eval", str(run), "run.progress=false"]) == 0
+    # it reproduces the run's own final evaluation (the same engine dtype and weights)
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if "eval/accuracy " in ln)
+    assert f"{evals[1]['eval/accuracy']:.4f}" in row, row
+    assert main(["eval", str(run), "data.max_prompt_length=2"]) == 2  # every held-out prompt too long: said
+    assert "no held-out items to evaluate" in capsys.readouterr().err
     # the trained model as a Hugging Face folder: the checkpoint's weights, and the same greedy accuracy
     exported = tmp_path / "exported"
     assert main(["export", str(run), str(exported)]) == 0

@@ -642,6 +642,12 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "planner.seed": (lambda c: c.planner.strategy != "uniform" or c.planner.selector not in (None, "all")
                      or c.planner.allocator not in (None, "fixed"),
                      "a planner with random choices (any strategy but plain uniform)"),
+    "eval.every_n_steps": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate on)"),
+    "eval.early_stopping_patience": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate "
+                                     "on)"),
+    "eval.pass_k": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
+    "eval.batch_size": (lambda c: False, "`rollwise eval`; evaluation during training runs in the rollout engine "
+                        "(rollout.batch_size, rollout.num_slots)"),
     "eval.save_best": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
                                       "eval.early_stopping_patience > 0 or eval.save_best=true"),

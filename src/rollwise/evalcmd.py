@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from rollwise.config import (
     Config,
+    ConfigError,
     _merge,
     build_config,
     load_config,
@@ -53,11 +55,11 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
 def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.data import build_items, encode_prompts
     from rollwise.engine import HFEngine
+    from rollwise.engine.factory import engine_dtype
     from rollwise.evaluate import evaluate
     from rollwise.loop import _as_list, load_policy, set_threads, warn_idle_gpu, warn_slow_dtype
     from rollwise.models import (
         apply_lora,
-        compute_dtype,
         load_tokenizer,
         merged_state_dict,
         resolve_model_path,
@@ -73,6 +75,15 @@ def run_eval_command(args: argparse.Namespace) -> int:
     _, eval_items = build_items(cfg.data, cfg.run.seed)
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tok = load_tokenizer(path)
+    ids, dropped = encode_prompts(eval_items, tok, cfg.data)
+    keep = [i for i, it in enumerate(eval_items) if it.uid not in set(dropped)]
+    if not keep:
+        raise ConfigError(f"no held-out items to evaluate: {len(eval_items)} drawn (data.eval_size="
+                          f"{cfg.data.eval_size}), {len(dropped)} of them longer than data.max_prompt_length="
+                          f"{cfg.data.max_prompt_length} tokens; raise data.eval_size or data.max_prompt_length")
+    if dropped:
+        print(f"rollwise: {len(dropped)} of {len(eval_items)} held-out items are longer than data.max_prompt_length="
+              f"{cfg.data.max_prompt_length} tokens and are left out", file=sys.stderr)
     model = load_policy(cfg, path)  # fp32 on model.device
     if ckpt is not None:
         if cfg.model.lora.enabled:
@@ -80,12 +91,11 @@ def run_eval_command(args: argparse.Namespace) -> int:
         load_checkpoint_weights(ckpt, model)
     eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     base = model.get_base_model() if hasattr(model, "peft_config") else model
-    engine = HFEngine(base, eos, tok.pad_token_id, compute_dtype(cfg.model.dtype, cfg.model.device), cfg.eval.batch_size,
-                      cfg.rollout.top_p, cfg.rollout.top_k, cfg.run.seed)
+    # the dtype and weight layout of the run's own engine, so that this reproduces its eval/accuracy
+    engine = HFEngine(base, eos, tok.pad_token_id, engine_dtype(cfg), cfg.eval.batch_size, cfg.rollout.top_p,
+                      cfg.rollout.top_k, cfg.run.seed, transpose_weights=cfg.rollout.transpose_weights)
     if hasattr(model, "peft_config"):
         engine.load_weights(merged_state_dict(model), 0)
-    ids, dropped = encode_prompts(eval_items, tok, cfg.data)
-    keep = [i for i, it in enumerate(eval_items) if it.uid not in set(dropped)]
     m = evaluate(engine, [eval_items[i] for i in keep], [ids[i] for i in keep], runner, cfg.reward.functions[0].name,
                  tok, cfg.eval.max_completion_length or cfg.rollout.max_completion_length, cfg.eval.pass_k,
                  cfg.rollout.temperature, cfg.run.seed)

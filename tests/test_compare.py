@@ -73,6 +73,12 @@ def test_report_of_several_runs_prints_the_table_and_draws_one_png(tmp_path, cap
     # one run: its own report, drawn where -o says
     assert main(["report", str(a), "-o", str(tmp_path / "one" / "a.png")]) == 0
     assert (tmp_path / "one" / "a.png").stat().st_size > 1000 and not (a / "report.png").exists()
+    # no suffix: .png, and the path printed is the file written; a format matplotlib cannot write: said first
+    capsys.readouterr()
+    assert main(["report", str(a), "-o", str(tmp_path / "plots")]) == 0
+    assert f"plots: {tmp_path / 'plots.png'}" in capsys.readouterr().out and (tmp_path / "plots.png").is_file()
+    assert main(["report", str(a), str(b), "-o", str(tmp_path / "t.txt")]) == 2
+    assert "matplotlib cannot write '.txt' files" in capsys.readouterr().err and not (tmp_path / "t.txt").exists()
 
 
 def test_runs_of_several_seeds_are_paired_by_seed_against_the_first_runs_group(tmp_path):

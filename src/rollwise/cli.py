@@ -75,15 +75,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     from rollwise.ui import print_summary
 
     run_dirs = [Path(d) for d in args.run_dirs]
+    output = _figure_path(args.output) if args.output else None
     if len(run_dirs) > 1:
         from rollwise.compare import report_runs
 
-        report_runs(run_dirs, Path(args.output or "compare.png"))
+        report_runs(run_dirs, output or Path("compare.png"))
         return 0
-    png = plot_run(run_dirs[0], Path(args.output) if args.output else None)
+    png = plot_run(run_dirs[0], output)
     print_summary(run_dirs[0])
     print(f"plots: {png}")
     return 0
+
+
+def _figure_path(output: str) -> Path:
+    """-o FILE as matplotlib will write it: .png added when it has no suffix; a format it cannot write is
+    a ConfigError before anything is drawn."""
+    from matplotlib.figure import Figure
+
+    from rollwise.config import ConfigError
+
+    path = Path(output)
+    if not path.suffix:
+        return path.with_suffix(".png")
+    kinds = Figure().canvas.get_supported_filetypes()
+    if path.suffix[1:].lower() not in kinds:
+        raise ConfigError(f"-o {output}: matplotlib cannot write '{path.suffix}' files; use one of "
+                          f"{', '.join('.' + k for k in sorted(kinds))} (for example -o report.png)")
+    return path
 
 
 def cmd_options(args: argparse.Namespace) -> int:
@@ -113,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint; KEY=VALUE overrides (a larger "
                    "train.max_steps, a smaller train.micro_batch_size) change its settings, each change said and kept "
-                   "in RUN_DIR/environment.json; data.*, run.seed, model.name_or_path, model.lora.enabled/r/target_modules "
-                   "and planner.strategy cannot change")
+                   "in RUN_DIR/environment.json; data.*, run.seed, model.name_or_path, model.lora.enabled/r/target_modules, "
+                   "planner.strategy, run.name and run.output_dir cannot change")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="score a model, run folder or checkpoint on held-out tasks",
@@ -130,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "tokens each run needed to reach the first run's final accuracy), and draw the curves into "
                        "compare.png.")
     r.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (runs/<name>) with a metrics.jsonl")
-    r.add_argument("-o", "--output", metavar="PNG", help="where to draw the plots (default: RUN_DIR/report.png for "
-                   "one run, ./compare.png for several)")
+    r.add_argument("-o", "--output", metavar="PNG", help="where to draw the plots, any format matplotlib writes "
+                   "(.png added when there is no suffix; default: RUN_DIR/report.png for one run, ./compare.png for several)")
     r.set_defaults(func=cmd_report)
 
     o = sub.add_parser("options", help="list every config key with its default and meaning")
@@ -192,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from rollwise.config import ConfigError
-    from rollwise.errors import RewardWorkerError, RolloutWorkerError
+    from rollwise.errors import RewardWorkerError, RolloutWorkerError, RunInUseError
     from rollwise.models import ModelError
     from rollwise.tracking import StorageError
     from rollwise.training.checkpoint import CheckpointError
@@ -200,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
-            UsageError, RolloutWorkerError, RewardWorkerError) as e:
+            UsageError, RolloutWorkerError, RewardWorkerError, RunInUseError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,3 +9,7 @@ class RolloutWorkerError(RuntimeError):
 
 class RewardWorkerError(RuntimeError):
     """The reward worker, which started before, could not be started again mid-run; the run resumes."""
+
+
+class RunInUseError(RuntimeError):
+    """Another process trains in the same run folder (its metrics and checkpoints would interleave)."""

@@ -23,7 +23,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "export", help="write a run's checkpoint as a Hugging Face model folder",
         description="Write the model of a run's last checkpoint (or of a given checkpoint folder) as a Hugging Face "
-        "model folder: full weights (LoRA merged), tokenizer, generation config. The folder loads with "
+        "model folder: full weights (LoRA merged), tokenizer, generation config, and rollwise_export.json (the "
+        "checkpoint, base model, LoRA merged or not, dtype). The folder loads with "
         "transformers' from_pretrained and as rollwise's model.name_or_path.")
     p.add_argument("target", metavar="RUN_DIR|CHECKPOINT", help="a run folder (its last checkpoint) or a checkpoint "
                    "folder (runs/<name>/checkpoints/step_N)")

@@ -47,6 +47,7 @@ from rollwise.models import (
 )
 from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
+from rollwise.runlock import lock_run_dir
 from rollwise.tracking import Tracker
 from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, save_best_weights
 from rollwise.training.checkpoint import (
@@ -108,14 +109,18 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"--resume {resume}: no config.yaml there; not a rollwise run folder")
+        lock_run_dir(run_dir)
         return run_dir, cfg
     name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir) / name
+    if run_dir.is_dir():  # an earlier attempt's folder: not while that attempt still runs
+        lock_run_dir(run_dir)
     if latest_checkpoint(run_dir) is not None:  # a step checkpoint; a half-written one or a best alone is no run to resume
         raise FileExistsError(f"run folder {run_dir} already has checkpoints: use --resume {run_dir} or a new run.name")
     if not create:
         return run_dir, cfg
     run_dir.mkdir(parents=True, exist_ok=True)
+    lock_run_dir(run_dir)
     write_config(run_dir, cfg)
     return run_dir, cfg
 

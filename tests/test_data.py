@@ -177,6 +177,35 @@ def test_file_task_errors(tmp_path: Path) -> None:
         build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(broken))]), seed=0)
 
 
+def test_conversational_prompts_are_read_and_list_cells_are_refused(tmp_path: Path, caplog) -> None:
+    rows = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"What is {i} + 1?"}],
+             "answer": i + 1} for i in range(5)]
+    rows += [{"prompt": [{"role": "user", "content": f"What is {i} + 1?"}], "answer": i + 1} for i in range(5, 10)]
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
+        train, evals = build_items(DataConfig(tasks=[TaskSpec(name="chat", path=str(path))], train_size=8,
+                                              eval_size=2), seed=0)
+    assert {i.question: i.answer for i in train + evals} == {f"What is {i} + 1?": str(i + 1) for i in range(10)}
+    assert "5 conversational prompts" in caplog.text and "last user message" in caplog.text
+    listed = tmp_path / "listed.jsonl"
+    listed.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": [str(i), "x"]}) + "\n" for i in range(5)))
+    with pytest.raises(ConfigError, match=r"row 0 of .*listed.jsonl' holds a list in column 'answer'"):
+        build_items(DataConfig(tasks=[TaskSpec(name="l", path=str(listed))]), seed=0)
+
+
+def test_a_path_option_expands_the_home_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in GOOD))
+    from rollwise.config import load_config
+
+    cfg = load_config(None, ["data.tasks=[{name: m, path: ~/d.jsonl}]", "run.output_dir=~/runs",
+                             "model.cache_dir=~/cache", "planner.prior_counts=~/p.jsonl"])
+    assert cfg.data.tasks[0].path == str(tmp_path / "d.jsonl") and cfg.run.output_dir == str(tmp_path / "runs")
+    assert (cfg.model.cache_dir, cfg.planner.prior_counts) == (str(tmp_path / "cache"), str(tmp_path / "p.jsonl"))
+    assert len(build_items(cfg.data.model_copy(update={"train_size": 8, "eval_size": 2}), seed=0)[0]) == 8
+
+
 # ------------------------------------------------------------------ prompts
 
 TEMPLATE = (

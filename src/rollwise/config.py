@@ -8,12 +8,16 @@ with a message that names the key and what is allowed.
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# a file or folder option: `~` is expanded (a YAML file never expands it, nor does the shell after `KEY=`)
+PathStr = Annotated[str, AfterValidator(os.path.expanduser)]
 
 
 class ConfigError(ValueError):
@@ -51,17 +55,19 @@ class ModelConfig(_Section):
         "cpu", description="Where the trainer (and the hf/continuous engines) run. cuda has run on one H200 "
         "(bench/gpu_planner.sh: training, resume, eval); CI has no GPU, so no test covers it.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
-    cache_dir: str | None = Field(
+    cache_dir: PathStr | None = Field(
         None, description="Where built-in models are converted to (default ~/.cache/rollwise)."
     )
 
 
 class TaskSpec(_Section):
     name: str = Field(description="reasoning-gym generator name, or a label for a file task.")
-    path: str | None = Field(None, description="Local .jsonl/.json/.parquet/.csv file; makes this a file task.")
+    path: PathStr | None = Field(None, description="Local .jsonl/.json/.parquet/.csv file; makes this a file task.")
     weight: float = Field(1.0, gt=0, description="Share of this task in the mixture.")
     params: dict[str, Any] = Field(default_factory=dict, description="Generator parameters (reasoning-gym).")
-    prompt_column: str = Field("prompt", description="File column holding the question.")
+    prompt_column: str = Field("prompt", description="File column holding the question: text, or a conversation "
+                               "(a list of {role, content} messages, as TRL's datasets hold), whose last user message "
+                               "is taken.")
     answer_column: str = Field("answer", description="File column holding the gold answer.")
 
     @model_validator(mode="after")
@@ -423,7 +429,7 @@ class PlannerConfig(_Section):
         "mean length of its samples when last rolled out; a candidate not yet rolled out gets the mean of this step's "
         "candidates that were), so selection ranks by gradient signal per generated token instead of per rollout. Prefers prompts "
         "the model answers briefly, and so spends fewer tokens a step.")
-    prior_counts: str | None = Field(
+    prior_counts: PathStr | None = Field(
         None, description="Path to a JSONL file of solve counts measured before training, one row per prompt: "
         '{"uid": ..., "successes": S, "samples": N} (bench/pool_rates.py writes one for a run\'s pool). The '
         "planner's estimator starts as if each listed prompt had been rolled out N times with S correct; those "
@@ -456,7 +462,7 @@ class EvalConfig(_Section):
 
 
 class RunConfig(_Section):
-    output_dir: str = Field("runs", description="Parent folder of run folders.")
+    output_dir: PathStr = Field("runs", description="Parent folder of run folders.")
     name: str | None = Field(None, description="Run folder name (default: a timestamp).")
     seed: int = Field(0, ge=0, lt=2**32, description="One seed for data order, sampling and the planner.")
     save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
@@ -734,7 +740,8 @@ def _text_field(key: str) -> str | None:
     ann = field.annotation
     if ann is str:
         return "text"
-    return "optional" if get_origin(ann) in (Union, UnionType) and set(get_args(ann)) == {str, type(None)} else None
+    args = {get_args(a)[0] if get_origin(a) is Annotated else a for a in get_args(ann)}  # PathStr is a str
+    return "optional" if get_origin(ann) in (Union, UnionType) and args == {str, type(None)} else None
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

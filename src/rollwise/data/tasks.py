@@ -177,8 +177,17 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
                 f"data.tasks['{task.name}']: {key} '{col}' is not a column of '{path}'; "
                 f"columns present: {', '.join(ds.column_names)}"
             )
-    rows, skipped = [], 0
+    rows, skipped, dropped_turns = [], 0, 0
     for i, (q, a) in enumerate(zip(ds[task.prompt_column], ds[task.answer_column])):
+        if isinstance(q, list) and q and all(isinstance(m, dict) and "content" in m for m in q):
+            users = [m for m in q if m.get("role") == "user"]  # a conversational prompt (TRL's format)
+            dropped_turns += len(q) > 1
+            q = users[-1]["content"] if users else None
+        for value, col in ((q, task.prompt_column), (a, task.answer_column)):
+            if isinstance(value, (list, dict)):
+                raise ConfigError(f"data.tasks['{task.name}']: row {i} of '{path}' holds a {type(value).__name__} in "
+                                  f"column '{col}' ({str(value)[:80]}); a question and a gold answer are text (a "
+                                  "prompt may also be a list of {role, content} messages): convert the column")
         question, answer = _cell(q), _cell(a)
         if question is None or answer is None:
             skipped += 1
@@ -188,6 +197,10 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
         raise ConfigError(f"data.tasks['{task.name}']: no valid rows in '{path}' ({skipped} rows lack a question or "
                           f"answer in the columns '{task.prompt_column}' and '{task.answer_column}'); check "
                           "prompt_column and answer_column, or the file")
+    if dropped_turns:
+        log.warning("task '%s': %d conversational prompts of '%s' have more than one message; each is trained on its "
+                    "last user message alone (set data.system_prompt for a system message)", task.name, dropped_turns,
+                    path)
     if skipped:
         log.warning("task '%s': skipped %d malformed rows of '%s' (missing/empty question or answer)", task.name, skipped, path)
     return rows

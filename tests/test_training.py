@@ -110,6 +110,7 @@ def test_mask_truncated_completions_excludes_them(tiny_model_dir):
     tr.compute_advantages(samples)
     m = tr.update(samples)
     assert m["train/forwarded_sequences"] == 0
+    assert (m["train/masked_sequences"], m["train/skipped_zero_adv"]) == (len(samples), 0)  # cut, not zero-advantage
     # two of group a's four samples cut: only the other two are trained, and the token mean counts only
     # the tokens of samples not cut (the reference written out with those tokens masked)
     samples = _samples()

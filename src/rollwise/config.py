@@ -56,7 +56,8 @@ class ModelConfig(_Section):
         "(bench/gpu_planner.sh: training, resume, eval); CI has no GPU, so no test covers it.")
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters.")
     cache_dir: PathStr | None = Field(
-        None, description="Where built-in models are converted to (default ~/.cache/rollwise)."
+        None, description="Where built-in models are converted to (default $ROLLWISE_CACHE, else "
+        "~/.cache/rollwise)."
     )
 
 
@@ -484,7 +485,9 @@ class DistributedConfig(_Section):
     backend: Literal["local", "ray"] = Field(
         "local", description="Where rollout workers run: local (a thread in this process; correct but shares the "
         "GIL with the trainer) or ray (Ray actors, each its own process, restarted if it dies).")
-    rollout_workers: int = Field(1, gt=0, description="Rollout workers (more than 1 with backend=ray); each prompt's group goes to one of them.")
+    rollout_workers: int = Field(1, gt=0, description="Rollout workers (more than 1 with backend=ray); each round's requests are dealt "
+                                 "among them, a request's samples on one worker (a prompt's later top-up may run on "
+                                 "another).")
     ray_address: str | None = Field(
         None, description="Ray cluster address for backend=ray (default: start Ray on this machine's cores).")
     worker_threads: int = Field(1, gt=0, description="torch threads (and Ray CPUs) per rollout worker.")

@@ -35,7 +35,9 @@ class Tracker:
             # On resume, forget lines written after the checkpoint we resume from (and cut-short ones).
             rows, _ = _parse(self.path.read_text())
             keep = [ln for ln, row in rows if row.get("step", 0) <= truncate_after_step]
-            self.path.write_text("".join(ln + "\n" for ln in keep))
+            from rollwise.environment import replace_text
+
+            replace_text(self.path, "".join(ln + "\n" for ln in keep))  # whole or not at all: a full disk keeps the old
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

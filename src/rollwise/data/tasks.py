@@ -3,17 +3,21 @@
 `train_size` and `eval_size` are split among the tasks in proportion to their weights
 (largest remainder; ties go to the earlier task).
 
-reasoning-gym tasks: train items come from `create_dataset(name, size, seed=s_train)`, eval
-items from another, far-away seed (reasoning-gym seeds items with seed + index, so nearby
-seeds share items). An eval item whose question text appears anywhere in training is skipped
-and the next one is drawn; a generator whose question space is too small to supply enough
-new questions gives fewer eval items, with a warning.
+Held-out items are drawn first (an unbiased sample of each task), then training items that avoid
+their questions: a training item whose question text is held out is skipped and the next one
+drawn (file rows: dropped), so the two never overlap.
+
+reasoning-gym tasks: eval items come from `create_dataset(name, size, seed=s_eval)`, train items
+from another, far-away seed (reasoning-gym seeds items with seed + index, so nearby seeds share
+items). A generator whose question space is too small to supply enough distinct questions gives
+fewer items, with a warning.
 
 File tasks (`path` set): rows are read through `datasets`; rows with a missing or empty
 question or answer are skipped (counted in a warning). Valid rows are shuffled by seed; the
 last ones go to eval (this task's share of `eval_size`, at most 20% of the rows), the first
 ones to training (its share of `train_size`, at most what is left: rows are never repeated).
-Eval rows whose question is in training are dropped. `entry` is {"question", "answer"}, so
+Training rows whose question is held out are dropped. A prompt cell may be a conversation (a
+list of {role, content} messages): its last user message is the question. `entry` is {"question", "answer"}, so
 the reasoning_gym reward scores file items with `exact_match`.
 
 uids: "<task>:<split>:<index>" (reasoning-gym index, or row number in the file); a task name

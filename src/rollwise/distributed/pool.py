@@ -1,10 +1,11 @@
 """Rollout workers behind the rollout executor's interface (`generate`, `step_tokens`, `metrics`).
 
-A round's requests are dealt to the workers by prompt (a group never spans two workers)
-and generated in parallel. With backend=ray each worker is an actor with unlimited
-restarts and task retries: if its process dies mid-round, Ray starts a new one (which
-loads the newest weights) and runs the interrupted call again, so every requested sample
-still comes back. The pool notices the new incarnation and counts the restart.
+A round's requests are dealt to the workers in turn (a request's samples on one worker; a
+prompt's follow-up request in a later round may go to another) and generated in parallel. With
+backend=ray each worker is an actor with distributed.max_worker_restarts restarts and unlimited
+task retries: if its process dies mid-round, Ray starts a new one (which loads the newest weights)
+and runs the interrupted call again, so every requested sample still comes back. The pool notices
+the new incarnation and counts the restart; a death past the restarts is a RolloutWorkerError.
 """
 
 from __future__ import annotations

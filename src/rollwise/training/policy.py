@@ -206,6 +206,7 @@ class PolicyTrainer:
         # or not (m2po's mask depends on which rows share its micro-batch in any case). Per-row
         # means ("grpo") use the kept tokens of each row; "dr_grpo" divides by a constant anyway.
         num_sequences = len(rows)
+        masked = sum(r.mask_len == 0 for r in rows)
         num_tokens = sum(r.mask_len for r in rows)
         needs_all = a.beta > 0 or a.entropy_coef > 0 or not cfg.train.skip_zero_advantage
         active = [r for r in rows if r.mask_len > 0 and (needs_all or r.sample.advantage != 0.0)]
@@ -295,7 +296,9 @@ class PolicyTrainer:
             "train/lr": lr,  # the rate of this step's last optimizer update
             "train/sequences": float(num_sequences),
             "train/forwarded_sequences": float(len(active)),
-            "train/skipped_zero_adv": float(num_sequences - len(active)),
+            # not forwarded: zero advantage, or no token left in the loss (algo.mask_truncated_completions)
+            "train/skipped_zero_adv": float(num_sequences - len(active) - masked),
+            "train/masked_sequences": float(masked),
         })
         return out
 

@@ -79,6 +79,24 @@ def test_a_checkpoint_of_another_shape_names_the_fix(tmp_path):
         load_checkpoint_weights(tmp_path, torch.nn.Linear(2, 2))
 
 
+def test_a_damaged_checkpoint_is_named_on_resume_eval_and_export(tiny_model_dir, tmp_path, capsys):
+    extra = ["eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "torn", 1, extra)]) == 0
+    ckpt = tmp_path / "torn" / "checkpoints" / "step_000001"
+    state = (ckpt / "state.pt").read_bytes()
+    (ckpt / "state.pt").write_bytes(state[: len(state) // 2])  # a partial copy
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "torn"), "train.max_steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {ckpt}: state.pt cannot be read" in err and "damaged or incomplete" in err
+    (ckpt / "state.pt").write_bytes(state)
+    weights = ckpt / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    for argv in (["eval", str(tmp_path / "torn")], ["export", str(tmp_path / "torn"), str(tmp_path / "out")]):
+        assert main(argv) == 2
+        assert f"checkpoint {ckpt}: weights.safetensors cannot be read" in capsys.readouterr().err
+
+
 def test_a_run_folder_given_as_the_model_points_to_export(tmp_path):
     from rollwise.models import ModelError, resolve_model_path
 

@@ -149,6 +149,24 @@ def test_load_user_function(user_module: str) -> None:
     assert load_user_function(f"{user_module}:with_defaults")("x", item("1")) == 1.0
 
 
+def test_a_user_function_next_to_the_user_or_given_by_its_file(tmp_path, monkeypatch) -> None:
+    (tmp_path / "rw_here.py").write_text("def score(completion, item):\n    return 0.25\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "rw_file.py").write_text("def score(completion, item):\n    return 0.75\n")
+    monkeypatch.chdir(tmp_path)
+    # the `rollwise` console script has neither '' nor the current folder on sys.path, unlike `python -m`
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "rw_here", raising=False)
+    assert load_user_function("rw_here:score")("x", item("1")) == 0.25
+    assert sys.path[-1] == str(tmp_path)  # appended last: never shadows an installed package
+    assert load_user_function("sub/rw_file.py:score")("x", item("1")) == 0.75
+    with pytest.raises(ConfigError, match="file 'sub/nope.py' not found"):
+        load_user_function("sub/nope.py:score")
+    cfg = RewardConfig(functions=[{"name": "sub/rw_file.py:score"}])
+    with RewardRunner(cfg) as runner:  # the worker process imports it the same way
+        assert runner.score(["x"], [item("1")]).rewards == [0.75]
+
+
 def test_runner_fails_fast_on_unimportable_function(user_module: str) -> None:
     cfg = RewardConfig(functions=[{"name": "exact_match"}, {"name": f"{user_module}:nope"}])
     with pytest.raises(ConfigError, match=f"{user_module}:nope"):

@@ -115,7 +115,7 @@ RewardName = str
 
 class RewardSpec(_Section):
     name: RewardName = Field(
-        description="reasoning_gym | math_verify | exact_match | format | module:function"
+        description="reasoning_gym | math_verify | exact_match | format | module:function | path/to/file.py:function"
     )
     weight: float = Field(1.0, description="Weight in the summed reward.")
 
@@ -124,7 +124,8 @@ class RewardSpec(_Section):
         builtin = {"reasoning_gym", "math_verify", "exact_match", "format"}
         if self.name not in builtin and ":" not in self.name:
             raise ValueError(
-                f"unknown reward '{self.name}'; allowed: {', '.join(sorted(builtin))}, or 'module:function'"
+                f"unknown reward '{self.name}'; allowed: {', '.join(sorted(builtin))}, 'module:function' or "
+                "'path/to/file.py:function'"
             )
         return self
 

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import logging
+import os
 import re
+import sys
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from rollwise.config import ConfigError
@@ -213,15 +217,21 @@ VERIFIERS: dict[str, RewardFn] = {
 
 def load_user_function(spec: str) -> RewardFn:
     """Import 'package.module:function'; raises ConfigError naming what failed."""
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = spec.rpartition(":")  # rpartition: a Windows path has a drive colon
     if not sep or not module_name or not attr:
-        raise ConfigError(f"reward function '{spec}' must be written 'module:function'")
+        raise ConfigError(f"reward function '{spec}' must be written 'module:function' or 'path/to/file.py:function'")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # the `rollwise` script, unlike `python -m`, lacks it
+        sys.path.append(os.getcwd())  # last: a file here never shadows an installed package
     try:
-        module = importlib.import_module(module_name)
+        module = _import_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except FileNotFoundError as e:
+        raise ConfigError(f"reward function '{spec}': file '{module_name}' not found (looked for it from "
+                          f"{os.getcwd()})") from e
     except Exception as e:
         raise ConfigError(
             f"reward function '{spec}': cannot import module '{module_name}' "
-            f"({type(e).__name__}: {e}); is it on PYTHONPATH?"
+            f"({type(e).__name__}: {e}); is it on PYTHONPATH (the current folder is), or give its file: "
+            "'path/to/file.py:function'?"
         ) from e
     fn = module
     for part in attr.split("."):
@@ -232,6 +242,25 @@ def load_user_function(spec: str) -> RewardFn:
         raise ConfigError(f"reward function '{spec}': '{attr}' in '{module_name}' is not callable")
     check_signature(spec, fn)
     return fn  # type: ignore[return-value]
+
+
+def _import_file(path: str) -> Any:
+    """The module in the Python file `path` (a reward function given as 'path/to/file.py:function')."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise FileNotFoundError(path)
+    name = f"rollwise_user_{file.stem}_{abs(hash(str(file))) % 10**8}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 def check_signature(spec: str, fn: Callable[..., Any]) -> None:
@@ -257,4 +286,5 @@ def resolve(name: str) -> RewardFn:
         return VERIFIERS[name]
     if ":" in name:
         return load_user_function(name)
-    raise ConfigError(f"unknown reward '{name}'; allowed: {', '.join(sorted(VERIFIERS))}, or 'module:function'")
+    raise ConfigError(f"unknown reward '{name}'; allowed: {', '.join(sorted(VERIFIERS))}, 'module:function' or "
+                      "'path/to/file.py:function'")

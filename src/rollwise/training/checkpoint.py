@@ -8,6 +8,7 @@ loop's own counters. It is written to a temporary folder and renamed into place.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -83,8 +84,19 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _damaged(path: Path, name: str, e: BaseException) -> CheckpointError:
+    """A checkpoint file that cannot be read (a partial copy, a damaged disk): what to do about it."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0][:200]
+    return CheckpointError(f"checkpoint {path}: {name} cannot be read ({type(e).__name__}: {first}); it is damaged or "
+                           "incomplete. Put back a good copy of the folder, or move it away so that --resume takes "
+                           "the checkpoint before it (run.keep_checkpoints keeps more than one)")
+
+
 def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
-    weights = load_file(str(path / "weights.safetensors"))
+    try:
+        weights = load_file(str(path / "weights.safetensors"))
+    except (FileNotFoundError, SafetensorError) as e:  # other OSErrors (disk, permission) are said as such
+        raise _damaged(path, "weights.safetensors", e) from None
     missing = [k for k in weights if k not in model.state_dict()]
     fix = ("it was saved with another model or LoRA setting; load it with the run's own model.* settings (drop "
            "model.* overrides)")
@@ -101,4 +113,10 @@ def load_checkpoint_weights(path: Path, model: torch.nn.Module) -> None:
 
 def load_checkpoint_state(path: Path) -> dict[str, Any]:
     """Optimizer, scheduler, RNG, planner and loop state (everything but the weights)."""
-    return torch.load(Path(path) / "state.pt", map_location=None if torch.cuda.is_available() else "cpu", weights_only=False)
+    try:
+        return torch.load(Path(path) / "state.pt", map_location=None if torch.cuda.is_available() else "cpu",
+                          weights_only=False)
+    except FileNotFoundError as e:
+        raise _damaged(Path(path), "state.pt", e) from None
+    except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as e:
+        raise _damaged(Path(path), "state.pt", e) from None

@@ -56,6 +56,8 @@ def test_every_prompt_too_long_says_which_setting(tiny_model_dir, tmp_path, caps
 def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoints(tiny_model_dir, tmp_path, capsys):
     run = tmp_path / "again"
     (run / "checkpoints" / ".tmp_step_000002").mkdir(parents=True)  # killed while writing its first checkpoint
+    (run / "checkpoints" / "best").mkdir()  # after saving a best at an evaluation
+    (run / "checkpoints" / "best" / "best.json").write_text('{"step": 1, "accuracy": 0.9}')
     (run / "metrics.jsonl").write_text('{"step": 0, "time/setup_s": 1.0}\n{"step": 1, "rollout/reward_mean": 0.9}\n')
     extra = ["eval.at_start=false", "eval.at_end=false"]
     write_config(run, load_config(None, _args(tiny_model_dir, tmp_path, "again", 1, extra)))
@@ -63,7 +65,10 @@ def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoi
     err = capsys.readouterr().err
     assert f"rollwise train {run / 'config.yaml'} run.name=again run.output_dir={tmp_path}" in err
     assert main(["train", str(run / "config.yaml"), "run.name=again", f"run.output_dir={tmp_path}"]) == 0
-    assert "earlier start that wrote no checkpoint" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "earlier start that wrote no checkpoint" in err and "best_earlier_start" in err
+    assert not (run / "checkpoints" / ".tmp_step_000002").exists() and not (run / "checkpoints" / "best").exists()
+    assert (run / "checkpoints" / "best_earlier_start" / "best.json").is_file()  # kept aside, not lost
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert sum('"rollout/reward_mean"' in r for r in rows) == 1 and '"rollout/reward_mean": 0.9' not in "".join(rows)
 

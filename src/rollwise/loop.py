@@ -49,7 +49,7 @@ from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
 from rollwise.runlock import lock_run_dir
 from rollwise.tracking import Tracker
-from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, save_best_weights
+from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, best_dir, save_best_weights
 from rollwise.training.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -123,6 +123,22 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
     lock_run_dir(run_dir)
     write_config(run_dir, cfg)
     return run_dir, cfg
+
+
+def set_aside_earlier_best(run_dir: Path) -> None:
+    """A fresh start in a folder whose earlier start saved a best but no step checkpoint: that best is
+    moved to checkpoints/best_earlier_start (kept, not taken for this run's), and half-written
+    checkpoint folders are removed."""
+    import shutil
+
+    for tmp in (run_dir / "checkpoints").glob(".tmp_*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    best = best_dir(run_dir)
+    if best.is_dir():
+        aside = best.with_name("best_earlier_start")
+        shutil.rmtree(aside, ignore_errors=True)
+        best.rename(aside)
+        print(f"rollwise: the earlier start's {best} is moved to {aside}; this run saves its own best", file=sys.stderr)
 
 
 def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
@@ -336,6 +352,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     if ckpt is None and earlier.is_file() and earlier.stat().st_size:
         print(f"rollwise: {run_dir} holds an earlier start that wrote no checkpoint; its metrics are replaced",
               file=sys.stderr)
+    if ckpt is None:
+        set_aside_earlier_best(run_dir)
     # a fresh start keeps no metrics of an earlier one in the folder (-1: none), a resume those up to its checkpoint
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else -1)
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})

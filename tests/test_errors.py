@@ -51,6 +51,7 @@ def test_every_prompt_too_long_says_which_setting(tiny_model_dir, tmp_path, caps
     assert main(["train", *_args(tiny_model_dir, tmp_path, "long", 1, ["data.max_prompt_length=3"])]) == 2
     err = capsys.readouterr().err
     assert "no training prompts left" in err and "data.max_prompt_length=3" in err
+    assert not (tmp_path / "long").exists()  # said before the run folder is made
 
 
 def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoints(tiny_model_dir, tmp_path, capsys):

@@ -282,25 +282,25 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     try:
         train_items, eval_items = build_items(cfg.data, cfg.run.seed)
         path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
+        tokenizer = load_tokenizer(path)
+        train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
+        ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
+        if not ids_by_uid:
+            raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than "
+                              f"data.max_prompt_length={cfg.data.max_prompt_length} tokens (chat template included); "
+                              "raise data.max_prompt_length or check data.tasks")
     except BaseException:
         runner.close()
         raise
-    # the folder is made once the rewards, data and model path are known to be good (no empty folders)
+    # the folder is made once the rewards, data, model path and prompts are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
     changes, added = resumed_config_changes(run_dir, cfg) if resume else (None, None)
 
-    # model, tokenizer, engine (its own copy in the compute dtype, built before LoRA), trainer
-    tokenizer = load_tokenizer(path)
+    # model, engine (its own copy in the compute dtype, built before LoRA), trainer
     model: Any = load_policy(cfg, path)
     eos_ids = sorted({tokenizer.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
     engine = build_engine(cfg, model, eos_ids, tokenizer.pad_token_id, cfg.run.seed, path)
 
-    train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
-    ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
-    if not ids_by_uid:
-        raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than data.max_prompt_length="
-                          f"{cfg.data.max_prompt_length} tokens (chat template included); raise data.max_prompt_length "
-                          "or check data.tasks")
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
     ckpt = latest_checkpoint(run_dir) if resume else None

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from safetensors.torch import load_file
 
@@ -236,11 +237,18 @@ def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
     assert w and all("lora_" in k for k in w)
     lines = _train_lines(tmp_path / "lora")
     assert all("loss/kl" in r for r in lines)
+    # the reference is the base model (adapters off): equal to the policy at step 1, apart once B has moved
+    assert lines[0]["loss/kl"] == pytest.approx(0.0, abs=1e-7) and lines[1]["loss/kl"] > 1e-7
     assert main(["eval", str(tmp_path / "lora")]) == 0
     # export merges the adapters: plain base-model parameter names, weights moved away from the base model's
     assert main(["export", str(tmp_path / "lora"), str(tmp_path / "merged"), "--dtype", "bfloat16"]) == 0
     from transformers import AutoModelForCausalLM
 
+    stored = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert {v.dtype for v in stored.values()} == {torch.bfloat16}  # --dtype reached the files
+    info = json.loads((tmp_path / "merged" / "rollwise_export.json").read_text())
+    assert (info["lora_merged"], info["dtype"], info["base_model"]) == (True, "bfloat16", str(tiny_model_dir))
+    assert info["checkpoint"] == str((tmp_path / "lora" / "checkpoints" / "step_000002").resolve())
     merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged")).state_dict()
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).state_dict()
     assert merged.keys() == base.keys() and merged["lm_head.weight"].dtype.is_floating_point

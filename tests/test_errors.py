@@ -114,11 +114,16 @@ def test_a_run_folder_given_as_the_model_points_to_export(tmp_path):
         resolve_model_path(str(tmp_path / "plain"))
 
 
-def test_vllm_missing_is_a_clean_error():
-    from rollwise.engine.vllm import VLLMUnavailable
-    from rollwise.models import ModelError
+def test_vllm_missing_is_a_clean_error(tiny_model_dir, tmp_path, capsys):
+    from rollwise.engine.vllm import vllm_available
 
-    assert issubclass(VLLMUnavailable, ModelError)  # the CLI prints a ModelError as one line
+    if vllm_available():
+        pytest.skip("vLLM and a GPU are here")
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "vllm", 1, ["rollout.engine=vllm"])]) == 2
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ln.startswith("rollwise: error:")]
+    assert len(errors) == 1 and "rollout.engine=vllm needs" in errors[0] and "Traceback" not in err
+    assert "Loading" not in err and not (tmp_path / "vllm").exists()  # said before the model loads or a folder is made
 
 
 def test_a_reward_worker_that_cannot_start_names_the_functions(tmp_path, monkeypatch):

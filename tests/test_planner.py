@@ -363,9 +363,10 @@ def test_adaptive_stratifies_by_task_and_mopps_does_not() -> None:
         assert sum(u.startswith("hard") for u in picked) == expect_hard, (strategy, picked)
         pl.observe([GroupResult(q.uid, [1.0] * q.n, [5] * q.n) for q in reqs])
         pl.end_step()
-        share = pl.metrics()["planner/task_share/hard"] if expect_hard else 0.0
+        shares = pl.metrics()
         hard_rollouts = sum(q.n for q in reqs if q.uid.startswith("hard"))
-        assert share == pytest.approx(hard_rollouts / sum(q.n for q in reqs))
+        assert shares.get("planner/task_share/hard", 0.0) == pytest.approx(hard_rollouts / sum(q.n for q in reqs))
+        assert shares["planner/task_share/easy"] == pytest.approx(1 - hard_rollouts / sum(q.n for q in reqs))
 
 
 def test_dapo_backfill_accounting_and_limit_note() -> None:
@@ -893,3 +894,18 @@ def test_planner_seed_changes_the_planners_draws_and_nothing_else():
     assert state(base) == state(same)  # planner.seed unset means run.seed (0 here)
     assert state(other) != state(base)
     assert other.stream.take(len(UIDS)) == base.stream.take(len(UIDS))  # the data order stays run.seed's
+
+
+@pytest.mark.parametrize(("threshold", "solved"), [(0.5, 1), (1.0, 0)])
+def test_success_threshold_decides_what_the_belief_counts_as_solved(threshold, solved) -> None:
+    """A partial-credit reward of 0.6 is a success at planner.success_threshold=0.5 and not at 1.0:
+    in the belief's counts, and in the group's successes that replay needs."""
+    pl = make("mopps", uids=UIDS, pps=len(UIDS), n=4, success_threshold=threshold)
+    reqs = pl.begin_step(0)
+    pl.observe([GroupResult(q.uid, [0.6, 0.0, 0.0, 0.0][: q.n], [5] * q.n) for q in reqs])
+    groups = {u: g.successes for u, g in pl._require_step().groups.items()}
+    pl.end_step()
+    assert set(groups.values()) == {solved}
+    prior_s, _ = make("mopps", uids=UIDS, pps=len(UIDS), n=4).estimator.pseudo_counts(np.arange(len(UIDS)))
+    got_s, got_f = pl.estimator.pseudo_counts(np.array([pl.index[q.uid] for q in reqs]))
+    assert got_s - prior_s[: len(reqs)] == pytest.approx([solved] * len(reqs), abs=0.05)  # decay aside

@@ -278,6 +278,10 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
 
     # data and rewards (reward functions are imported here: fail before the model loads)
+    if cfg.rollout.engine == "vllm" and cfg.distributed.backend == "local":  # Ray workers may have the GPU instead
+        from rollwise.engine.vllm import require_vllm
+
+        require_vllm()  # before any folder is made or model loaded
     runner = RewardRunner(cfg.reward)
     try:
         train_items, eval_items = build_items(cfg.data, cfg.run.seed)

@@ -47,6 +47,16 @@ def vllm_available() -> bool:
     return torch.cuda.is_available()
 
 
+def require_vllm() -> None:
+    """VLLMUnavailable, saying what to do, unless vLLM is installed and a CUDA GPU is present."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        raise VLLMUnavailable("rollout.engine=vllm needs vLLM: pip install 'rollwise[vllm]' (a CUDA machine)") from None
+    if not torch.cuda.is_available():
+        raise VLLMUnavailable("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=continuous")
+
+
 def _load_weights_in_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
     worker.model_runner.model.load_weights(weights=weights)
 
@@ -57,12 +67,8 @@ class VLLMEngine:
     def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int, dtype: torch.dtype = torch.bfloat16,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, gpu_memory_utilization: float = 0.3,
                  max_model_len: int | None = None) -> None:
-        try:
-            from vllm import LLM
-        except ImportError:
-            raise VLLMUnavailable("rollout.engine=vllm needs vLLM: pip install 'rollwise[vllm]' (a CUDA machine)") from None
-        if not torch.cuda.is_available():
-            raise VLLMUnavailable("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=continuous")
+        require_vllm()
+        from vllm import LLM
         # the engine core in this process: weights can then be handed over without a copy through IPC
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         self.llm = LLM(model=model_path, dtype=str(dtype).removeprefix("torch."), seed=seed,

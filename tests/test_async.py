@@ -158,3 +158,46 @@ def test_killed_ray_worker_is_restarted_and_loses_no_samples(tiny_model_dir, tmp
         pool.close()
     finally:
         ray.shutdown()
+
+
+class _Store:
+    """A weight store that publishes version 1 once the worker has asked `after` times."""
+
+    def __init__(self, v0, v1, after):
+        self.v0, self.v1, self.after, self.asked = v0, v1, after, 0
+
+    def latest(self, loaded):
+        self.asked += 1
+        version, weights = (1, self.v1) if self.asked > self.after else (0, self.v0)
+        return None if version <= loaded else (version, weights)
+
+
+def test_a_worker_loads_weights_published_mid_round_and_tokens_carry_their_versions(tiny_model_dir):
+    """Between chunks of distributed.weight_sync_tokens a worker takes newer weights: a response
+    started under version 0 goes on under version 1, each token recording the version that drew it.
+    rollout.partial_keep_kv keeps the earlier tokens' cache (computed under version 0) rather than
+    computing it again under version 1, so what follows differs."""
+    import torch
+
+    from rollwise.distributed.worker import RolloutWorker, WorkerSpec
+    from rollwise.models import load_model
+    from rollwise.planner.base import Request
+
+    v0 = load_model(str(tiny_model_dir)).state_dict()
+    torch.manual_seed(0)
+    v1 = {k: v + 0.3 * torch.randn_like(v) for k, v in v0.items()}
+    logprobs = {}
+    for keep_kv in (False, True):
+        cfg = build_config({"model": {"dtype": "float32"},
+                            "rollout": {"engine": "continuous", "max_completion_length": 12, "partial_keep_kv": keep_kv},
+                            "distributed": {"async_training": True, "weight_sync_tokens": 4}})
+        spec = WorkerSpec(cfg, str(tiny_model_dir), [10**6], 0, {"a": [5, 6, 7], "b": [9, 10]}, seed=0,
+                          set_threads=False)
+        worker = RolloutWorker(spec, _Store(v0, v1, after=2))  # asked at start and before the round
+        out, stats = worker.generate([Request("a", 2), Request("b", 2)])
+        outs = [o for grp in out.groups.values() for o in grp]
+        # no end token: each runs to the cap; the first chunk is 4 sampled tokens in all, one per sequence
+        assert len(outs) == 4 and all(o.versions == [0] + [1] * 11 for o in outs), [o.versions for o in outs]
+        assert stats["version"] == 1 and stats["weight_updates"] == 2
+        logprobs[keep_kv] = [o.logprobs for o in outs]
+    assert logprobs[False] != logprobs[True]

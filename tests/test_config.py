@@ -118,12 +118,17 @@ def test_every_field_is_documented():
     assert all(desc for _, _, desc in rows), [k for k, _, d in rows if not d]
 
 
-def test_options_doc_is_in_sync():
+def test_options_doc_is_in_sync(capsys):
     from pathlib import Path
+
+    from rollwise.cli import main
 
     doc = (Path(__file__).parents[1] / "docs" / "options.md").read_text()
     for key, default, desc in describe_fields():
         assert f"| `{key}` | `{default}` | {desc} |" in doc, f"docs/options.md is stale for {key}: run make docs"
+    assert main(["options", "--markdown"]) == 0  # what make docs runs
+    table = capsys.readouterr().out
+    assert table.startswith("| key | default | meaning |") and doc.rstrip().endswith(table.rstrip())
 
 
 def test_shipped_configs_are_valid_and_default_yaml_matches_builtin():

@@ -35,6 +35,21 @@ def test_resume_keeps_the_checkpoint_step_in_tensorboard_and_drops_later_ones(tm
     assert seen == {1: 0.1, 2: 0.2, 3: 0.9}
 
 
+def test_tensorboard_gets_the_finite_scalars_and_metrics_jsonl_everything(tmp_path):
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    t = Tracker(tmp_path)
+    t.log(1, {"loss/policy": 0.5, "train/grad_norm": float("nan"), "rollout/groups": [[1, 0]], "train/sequences": 8})
+    t.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"loss/policy", "train/sequences"}
+    row = json.loads((tmp_path / "metrics.jsonl").read_text())
+    assert row["rollout/groups"] == [[1, 0]] and row["train/sequences"] == 8.0 and row["train/grad_norm"] != 0
+
+
 def test_read_metrics_skips_a_partial_last_line(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a"')
     assert read_metrics(tmp_path) == [{"step": 1, "a": 1.0}]

@@ -51,6 +51,19 @@ def test_the_table_compares_every_run_with_the_first(tmp_path):
     lines = [ln for ln in (c / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" not in ln]
     (c / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     assert compare_table([a, c])[3] == f"| {c} | dapo | 4 | no evaluation | 400 | 1.00 | - | - |"
+    # a first run that lost accuracy is no target to reach: every row says '-', and the report says why
+    d = _run(tmp_path / "fell", "uniform", 0, 100, [0.3, 0.25, 0.2])
+    rows = compare_table([d, b])
+    assert rows[3].startswith(f"| {b} | adaptive | 4 | 20.0% -> 45.0% (+25.0) | 200 | 0.50 | - |")
+
+
+def test_a_comparison_against_a_first_run_that_did_not_gain_says_so(tmp_path, capsys):
+    from rollwise.compare import report_runs
+
+    d = _run(tmp_path / "fell", "uniform", 0, 100, [0.3, 0.25, 0.2])
+    b = _run(tmp_path / "ada", "adaptive", 1, 50, [0.2, 0.4, 0.45], eff=0.8)
+    report_runs([d, b], tmp_path / "cmp.png")
+    assert "ended at or below its first evaluation" in capsys.readouterr().out
 
 
 def test_differing_settings_leave_out_the_run_name():

@@ -315,6 +315,25 @@ def test_first_reach_interpolates_and_summary_pairs_seeds() -> None:
 def test_bootstrap_interval() -> None:
     s = bootstrap(np.array([1.0, 2.0, 3.0, float("nan")]))
     assert s.mean == 2.0 and s.n == 3 and 1.0 <= s.lo <= 2.0 <= s.hi <= 3.0
+    assert s.fmt(digits=1).startswith("2.0 [")
+    # one or two seeds give [min, max], no 95% interval: the mean alone, with its count
+    assert bootstrap(np.array([1.0, 2.0])).fmt(digits=1) == "1.5 (n=2)"
+    assert bootstrap(np.array([float("nan")])).fmt() == "never"
+
+
+def test_without_a_uniform_row_latency_is_not_defined_and_results_json_is_strict(tmp_path) -> None:
+    from rollwise.sim.command import json_nulls
+
+    def fake(name, seed, acc):
+        x = np.array([0.0, 10.0, 20.0])
+        return RunResult(name, seed, x, x, np.array(acc), 5, 10, 0.2, 0.1, 0, 20.0, latency=x / 2)
+
+    s = summarize({"fast": [fake("fast", 0, [0.1, 0.4, 0.5])], "slow": [fake("slow", 0, [0.1, 0.1, 0.1])]},
+                  "rollouts", 0.3)
+    assert s["fast"]["latency_share"].fmt() == "n/a" and s["fast"]["reach"].n == 1  # reached, share undefined
+    assert s["slow"]["reach"].fmt() == "never"
+    text = json_nulls({"reach": float("nan"), "runs": [1.0, float("inf")]})
+    assert json.loads(text) == {"reach": None, "runs": [1.0, None]} and "NaN" not in text
 
 
 def test_oracle_estimator_reads_the_world_and_beats_the_belief() -> None:

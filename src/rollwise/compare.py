@@ -65,7 +65,9 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
     """A markdown table, one row per run, the first run the baseline."""
     curves = [curve(d) for d in run_dirs]
     base = curves[0]
-    target = base["points"][-1][1] if base["points"] else None
+    pts0 = base["points"]
+    # the first run's final accuracy is a target only if that run evaluated after training and gained
+    target = pts0[-1][1] if len(pts0) > 1 and pts0[-1][0] > 0 and pts0[-1][1] > pts0[0][1] else None
     rows = ["| run | planner | steps | held-out accuracy, first -> last | rollout tokens | tokens / first run's "
             "| tokens to the first run's final accuracy (share) | effective ratio |",
             "|---|---|---|---|---|---|---|---|"]
@@ -135,7 +137,10 @@ def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+    if not any(ln.get_label() and not ln.get_label().startswith("_") for ln in axes[0].get_lines()):
+        for ax in axes[:2]:  # no run evaluated: say so instead of empty axes
+            ax.text(0.5, 0.5, "no evaluation in these runs", ha="center", va="center", transform=ax.transAxes)
+    axes[2].legend(fontsize=7)  # every run has a line here, evaluated or not
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +164,11 @@ def report_runs(run_dirs: list[Path], out: Path) -> None:
         print("computed in different environments:\n  " + "\n  ".join(envs))
     print()
     print("\n".join(compare_table(run_dirs)))
+    first = curve(run_dirs[0])["points"]
+    if first and not (len(first) > 1 and first[-1][0] > 0 and first[-1][1] > first[0][1]):
+        print(f"(no tokens-to-reach: the first run, {run_dirs[0]}, "
+              + ("has no evaluation after training)" if len(first) < 2 or first[-1][0] == 0
+                 else "ended at or below its first evaluation, so reaching it tests nothing)"))
     paired = paired_by_seed(run_dirs)
     if paired:
         print("\n" + "\n".join(paired))

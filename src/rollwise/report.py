@@ -131,8 +131,10 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
                 if pts:
                     xs, ys = zip(*pts)
                     ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, label=label or None)
-            if any(label for label, _ in data):
+            if any(label for label, pts in data if pts):
                 ax.legend(fontsize=7)
+            if not any(pts for _, pts in data):  # for example held-out accuracy in a run that never evaluated
+                ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
             ax.set_xlabel("step")
         ax.set_title(title)
         ax.grid(alpha=0.3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +65,7 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
         eff = [h["planner/effective_ratio"] for h in steps if "planner/effective_ratio" in h]
         if eff:  # share of trained samples in groups whose rewards differ: what the planner buys
             out["effective ratio (mean)"] = f"{sum(eff) / len(eff):.2f}"
-        times = sorted(h["time/step_s"] for h in steps)
-        out["median step time (s)"] = f"{times[len(times) // 2]:.1f}"
+        out["median step time (s)"] = f"{statistics.median(h['time/step_s'] for h in steps):.1f}"
         gen = sum(h["time/generate_s"] for h in steps)
         tot = sum(h["time/step_s"] for h in steps)
         out["generation share of step time"] = f"{gen / tot:.0%}" if tot else "-"

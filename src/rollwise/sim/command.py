@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -31,7 +32,7 @@ from rollwise.sim.fit import (
     run_scale,
 )
 from rollwise.sim.oracle import split_oracle
-from rollwise.sim.report import legend, markdown_table, plot_curves, print_table, spend, summarize
+from rollwise.sim.report import curve, legend, markdown_table, plot_curves, print_table, spend, summarize
 from rollwise.sim.runner import RunSpec, default_budget, run_many
 from rollwise.sim.world import LAWS, POLARISE_LAWS, SimParams, World
 
@@ -245,7 +246,7 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2
-    flat = [r.seed for r in results.get("uniform", []) if r.accuracy[-1] < r.accuracy[0] + FLAT_GAIN]
+    flat = [r.seed for r in results.get("uniform", []) if curve(r, args.unit)[-1] < r.accuracy[0] + FLAT_GAIN]
     if args.target is None and flat:  # then every run "reaches" uniform's final accuracy at once, or nearly
         print(f"rollwise simulate: warning: uniform gained less than {FLAT_GAIN * 100:.1f} points of held-out accuracy "
               f"on {len(flat)} of {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, so reaching its final accuracy is little or no test there and "
@@ -265,7 +266,7 @@ def run_command(args: argparse.Namespace) -> int:
     png = plot_curves(results, args.unit, args.out / "curves.png", title)
     (args.out / "table.md").write_text(f"{title}\n\n{markdown_table(summary, args.unit, len(seeds))}\n"
                                        f"{legend(args.unit)}\n")
-    (args.out / "results.json").write_text(json.dumps({
+    (args.out / "results.json").write_text(json_nulls({
         "args": {k: str(v) if isinstance(v, Path) else [str(x) for x in v] if k == "fit" and v else v
                  for k, v in vars(args).items() if k != "func"},
         "params": asdict(params), "budget_per_step": base.budget, "elapsed_s": elapsed,
@@ -275,7 +276,7 @@ def run_command(args: argparse.Namespace) -> int:
                       "tokens": float(r.tokens[-1]),
                       "curve": {"rollouts": r.rollouts.tolist(), "tokens": r.tokens.tolist(),
                                 "accuracy": r.accuracy.tolist()}} for r in res] for s, res in results.items()},
-    }, indent=1))
+    }))
     if not args.quiet:
         print(f"curves: {png}\ntable:  {args.out / 'table.md'}")
     return 0
@@ -372,6 +373,19 @@ def fill_defaults(args: argparse.Namespace) -> None:
                  "polarise_law": d.polarise_law}.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
+
+
+def json_nulls(data: Any) -> str:
+    """JSON with NaN and infinities as null ("never"): json.dumps would write NaN, which strict parsers refuse."""
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+    return json.dumps(clean(data), indent=1, allow_nan=False)
 
 
 def bad_arguments(args: argparse.Namespace) -> str | None:

@@ -13,6 +13,7 @@ import numpy as np
 from rollwise.sim.runner import RunResult
 
 GRID = 201
+MIN_CI_SEEDS = 3  # fewer contributing seeds: the mean alone, marked (n=...)
 
 
 @dataclass
@@ -20,12 +21,16 @@ class Stat:
     mean: float
     lo: float
     hi: float
-    n: int  # seeds that contributed (rollouts-to-target skips seeds that never reach it)
+    n: int  # seeds that contributed (rollouts-to-target skips seeds that never reach it); -1: not defined
 
     def fmt(self, scale: float = 1.0, digits: int = 3) -> str:
+        if self.n < 0:
+            return "n/a"
         if self.n == 0 or not math.isfinite(self.mean):
             return "never"
         m, lo, hi = self.mean / scale, self.lo / scale, self.hi / scale
+        if self.n < MIN_CI_SEEDS:  # a bootstrap over 1-2 values is [min, max], no 95% interval
+            return f"{m:.{digits}f} (n={self.n})"
         return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -93,7 +98,8 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
         out[name] = {
             "reach": bootstrap(reach),
             "reach_share": bootstrap(reach / total),
-            "latency_share": bootstrap(latency),
+            # a share of uniform's run: not defined without a uniform row (not "never")
+            "latency_share": bootstrap(latency) if base_latency else Stat(math.nan, math.nan, math.nan, -1),
             "final": bootstrap(curves[:, -1]),
             "auc": bootstrap(curves.mean(axis=1)),
             "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
@@ -154,7 +160,8 @@ def legend(unit: str) -> str:
             "the seeds that reached it (see 'reached'); share of budget: the same as a share of the run's total; "
             "latency: decode steps until then as a share of uniform's whole run (same seed); effective ratio: "
             "share of generated rollouts in groups with a gradient (of trained samples: the issue's wording); "
-            "*: a mean over fewer seeds than were run (the others never reached the target).")
+            "*: a mean over fewer seeds than were run (the others never reached the target); (n=1), (n=2): a mean "
+            f"over that many seeds, too few for an interval; n/a: needs a plain uniform row.")
 
 
 def markdown_table(summary: dict[str, dict[str, Stat]], unit: str, seeds: int) -> str:
@@ -177,8 +184,11 @@ def plot_curves(results: dict[str, list[RunResult]], unit: str, path: Path, titl
         c = np.array([curve(r, unit) for r in runs])
         m = c.mean(axis=0)
         se = c.std(axis=0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(m)
-        ax.plot(x, m, label=name, lw=2.2 if name == "uniform" else 1.4)
-        ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15)
+        top = name == "uniform"  # drawn over the rest: rows equal to it would hide it otherwise
+        line, = ax.plot(x, m, label=name, lw=2.2 if top else 1.4, zorder=3 if top else 2,
+                        color="black" if top else None)
+        ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15, color=line.get_color(), zorder=1)
+    title = title.replace("95% bootstrap CI", "bands: mean +- 1.96 SE over seeds (unpaired)")
     ax.set_xlabel(f"cumulative {unit} generated (discarded included)")
     ax.set_ylabel("held-out accuracy")
     ax.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=8)

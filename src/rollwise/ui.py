@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-
 from pathlib import Path
 from typing import Any
 

@@ -21,7 +21,9 @@ decay 0.85 unless --revisit-decay is given). Per cell it prints:
     .venv/bin/python bench/sim_reach.py --seeds 20              # 4 x 4 worlds, 160 s on 2 cores
     .venv/bin/python bench/sim_reach.py --revisit-decay 1 --seeds 20 --law saturating
 
-The runs are `rollwise simulate`'s (`run_one`), with the same shares as its table.
+The runs are `rollwise simulate`'s (`run_one`). The shares differ from its table's in one way:
+here a cell is "never" when any seed never reaches the target, where simulate's table averages
+over the seeds that did (and marks the cell with `*`).
 """
 
 from __future__ import annotations

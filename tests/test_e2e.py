@@ -432,14 +432,23 @@ def test_truncated_reward_rescores_cut_training_samples_through_the_cli(tiny_mod
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tmp_path, mode, capsys):
+def test_token_budget_stops_the_run_and_the_lr_decays_over_it(tiny_model_dir, tmp_path, mode, capsys, monkeypatch):
     """train.max_rollout_tokens ends the run long before train.max_steps; a linear schedule then
-    decays over the tokens spent (update k at 1 - tokens before step k / budget), not over max_steps."""
+    decays over the tokens spent (update k at 1 - tokens before step k / budget), not over max_steps.
+    The asynchronous producer starts no batch past the budget: one would change the planner's state
+    while the last checkpoint is written."""
+    import rollwise.distributed.async_loop as async_loop
+
+    produced = []
+    real = async_loop.produce_batch
+    monkeypatch.setattr(async_loop, "produce_batch", lambda run, k, pool: produced.append(k) or real(run, k, pool))
     extra = ["train.max_rollout_tokens=300", "train.lr_scheduler=linear", "eval.at_start=false"]
-    if mode == "async":
-        extra.append("distributed.async_training=true")
+    if mode == "async":  # no checkpoint before the last step: the producer runs a batch ahead all along
+        extra += ["distributed.async_training=true", "run.save_every=100"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, mode, 40, extra)]) == 0
     lines = _train_lines(tmp_path / mode)
+    if mode == "async":
+        assert produced == list(range(len(lines)))
     totals = [r["rollout/tokens_total"] for r in lines]
     assert totals[-1] >= 300 > totals[-2] and len(lines) < 40  # stopped by the budget, at the first step over it
     before = [0.0, *totals[:-1]]

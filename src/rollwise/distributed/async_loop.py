@@ -50,6 +50,7 @@ from rollwise.loop import (
     step_metrics,
     steps_to_train,
     stopped_early,
+    token_budget_spent,
 )
 from rollwise.training.checkpoint import rng_state
 from rollwise.ui import StepProgress
@@ -93,14 +94,18 @@ class StalenessGate:
 
 
 def _producer(run: Run, pool: RolloutPool, gate: StalenessGate, out: queue.Queue) -> None:
+    spent = run.totals["tokens"]  # the trainer adds each batch's tokens after training it; the producer counts ahead
     try:
         for k in range(run.start_step, run.cfg.train.max_steps):
+            if token_budget_spent(run.cfg, spent):  # the batch before was the last: the trainer stops (and
+                return  # checkpoints the planner) there, so no batch past the budget may change its state
             tw = time.perf_counter()
             if not gate.wait(k):
                 return
             waited = time.perf_counter() - tw
             started = gate.version
             produced = produce_batch(run, k, pool)
+            spent += produced.tokens
             produced.executor_metrics.update({"async/producer_wait_s": waited,
                                               "async/started_at_version": float(started)})
             out.put(produced)

@@ -147,6 +147,13 @@ def test_window_last_visit_and_rank() -> None:
     w.update(0, 0, 4)  # last 4 rewards are the 4 failures
     w.update(1, 1, 2)
     assert w.mean(np.array([0, 1, 2])) == pytest.approx([0.0, 0.5, 0.5])
+    # a visit partly overwritten keeps its share: 8 of 16, then 0 of 4, in a window of 16 -> 12 x 0.5 + 4 x 0
+    w16 = WindowEstimator(2, window=16)
+    w16.update(0, 8, 16)
+    w16.update(0, 0, 4)
+    w16.update(1, 8, 16)
+    w16.update(1, 4, 4)
+    assert w16.mean(np.array([0, 1])) == pytest.approx([0.375, 0.625])
     lv = LastVisitEstimator(2, window=4)
     lv.update(0, 4, 4)
     lv.update(0, 1, 8)  # a full visit: its own mean
@@ -293,6 +300,22 @@ def test_greso_options_set_its_probabilities_thresholds_and_steps() -> None:
     pl2 = make("greso", greso_easy_threshold=0.75)
     run_step(pl2, lambda u, r, k: float(k > 0))  # 3 of 4 right: easy at 0.75 (at the default 0.98, neither)
     assert int(pl2.selector.z_easy.sum()) == 4 and int(pl2.selector.z_hard.sum()) == 0
+
+
+def test_greso_does_not_count_a_group_carried_to_the_next_step_as_all_wrong() -> None:
+    """With partial rollouts, groups unfinished at the end of a step come back next step (adopt); in
+    the step they started they have no result and must not count as hard prompts."""
+    pl = make("greso")
+    pl.stream.epoch = 1
+    reqs = pl.begin_step(0)
+    done, carried = reqs[: len(reqs) // 2], reqs[len(reqs) // 2:]
+    pl.observe([GroupResult(q.uid, [1.0] * q.n, [5] * q.n) for q in done])
+    pl.end_step()
+    sel = pl.selector
+    assert all(sel.z_hard[pl.index[q.uid]] == 0 and sel.z_easy[pl.index[q.uid]] == 0 for q in carried)
+    assert all(sel.z_easy[pl.index[q.uid]] == 1 for q in done)
+    # every group with a result was all-correct: easy share 1 (p_easy down), hard share 0 (p_hard up)
+    assert sel.p_easy == pytest.approx(0.49) and sel.p_hard == pytest.approx(0.51)
 
 
 def test_greso_history_counts() -> None:

@@ -139,7 +139,8 @@ class TwoScaleBetaEstimator(Estimator):
 
 
 class WindowEstimator(Estimator):
-    """Mean of the last `window` success indicators of each prompt (a ring buffer)."""
+    """Mean of the last `window` samples' outcomes of each prompt (a ring buffer; each slot holds its
+    visit's success share)."""
 
     name = "window"
 
@@ -153,13 +154,12 @@ class WindowEstimator(Estimator):
 
     def update(self, idx: int, successes: int, n: int) -> None:
         self.last_n[idx], self.last_s[idx] = n, successes
-        if n > self.window:  # keep the visit's success share when it overflows the buffer
-            successes, n = int(round(successes * self.window / n)), self.window
-        ys = np.zeros(n)
-        ys[:successes] = 1.0
-        pos = (self.head[idx] + np.arange(n)) % self.window
-        self.buf[idx, pos] = ys
-        self.head[idx] += n
+        # each of the visit's slots holds its success share, so that a visit partly overwritten by later
+        # ones keeps its share (written as ones then zeros, the oldest visit lost its successes first)
+        k = min(n, self.window)
+        pos = (self.head[idx] + np.arange(k)) % self.window
+        self.buf[idx, pos] = successes / n if n else 0.0
+        self.head[idx] += k
 
     def count(self, idx: np.ndarray) -> np.ndarray:
         return np.minimum(self.head[idx], self.window).astype(float)

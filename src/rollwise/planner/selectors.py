@@ -94,8 +94,11 @@ class SkipSelector(Selector):
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
         c = self.cfg
         easy = hard = 0
-        for g in st.groups.values():
-            m = g.successes / max(g.n, 1)
+        # a group with no result yet (carried to the next step by partial rollouts) is counted when it comes
+        # back; counted now it would look all-wrong, once now and again then
+        seen = [g for g in st.groups.values() if g.n > 0]
+        for g in seen:
+            m = g.successes / g.n
             if m >= c.greso_easy_threshold:
                 self.z_easy[g.idx] += 1
                 self.z_hard[g.idx] = 0
@@ -106,9 +109,9 @@ class SkipSelector(Selector):
                 hard += 1
             else:
                 self.z_easy[g.idx] = self.z_hard[g.idx] = 0
-        if pl.stream.epoch < 1 or not st.groups:
+        if pl.stream.epoch < 1 or not seen:
             return
-        n = len(st.groups)
+        n = len(seen)
         t_easy, t_hard = c.greso_zero_variance_target / 3, c.greso_zero_variance_target * 2 / 3
         step, lo, hi = c.greso_explore_step, c.greso_explore_min, c.greso_explore_max
         self.p_easy = float(np.clip(self.p_easy + (-step if easy / n >= t_easy else step), lo, hi))

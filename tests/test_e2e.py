@@ -360,13 +360,21 @@ def test_overlapped_rounds_run_the_planners_follow_ups_in_one_engine_round(tiny_
     assert "rollout.engine=hf" in capsys.readouterr().err
 
 
-def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir, tmp_path):
+def test_partial_rollouts_and_speculative_reuse_train_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     """A small prompt pool revisited every step: resumed prefixes and reused responses both occur,
-    and a run stopped half-way and resumed logs exactly what the uninterrupted run logs."""
+    and a run stopped half-way and resumed logs exactly what the uninterrupted run logs. A prompt
+    whose group is still carried is not requested again while it is."""
+    from rollwise.planner.core import ComposedPlanner
+
+    asked = []
+    real_begin = ComposedPlanner.begin_step
+    monkeypatch.setattr(ComposedPlanner, "begin_step",
+                        lambda self, step: asked.append((set(self.in_flight), r := real_begin(self, step))) or r)
     extra = ["rollout.partial_rollouts=true", "rollout.speculative_reuse=true", "rollout.num_slots=4",
              "rollout.max_completion_length=12", "data.train_size=8", "algo.offpolicy_correction=tis",
              "eval.at_start=false", "eval.at_end=false"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 6, extra)]) == 0
+    assert any(busy for busy, _ in asked) and not any(busy & {q.uid for q in reqs} for busy, reqs in asked)
     assert main(["train", *_args(tiny_model_dir, tmp_path, "half", 4, extra)]) == 0
     assert main(["train", "--resume", str(tmp_path / "half"), "train.max_steps=6"]) == 0
     full = _train_lines(tmp_path / "full")

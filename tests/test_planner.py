@@ -318,6 +318,14 @@ def test_greso_does_not_count_a_group_carried_to_the_next_step_as_all_wrong() ->
     assert sel.p_easy == pytest.approx(0.49) and sel.p_hard == pytest.approx(0.51)
 
 
+def test_a_prompt_still_carried_from_an_earlier_step_is_not_requested_again() -> None:
+    for strategy in ("uniform", "adaptive", "ar3po"):
+        pl = make(strategy, pps=len(UIDS) - 2)
+        pl.in_flight = {UIDS[0], UIDS[5]}  # partial rollouts still generating these two
+        asked = {q.uid for q in pl.begin_step(0)}
+        assert not asked & pl.in_flight and len(asked) == len(UIDS) - 2, (strategy, asked)
+
+
 def test_greso_history_counts() -> None:
     pl = make("greso")
     _, out = run_step(pl, lambda u, r, k: 0.0)

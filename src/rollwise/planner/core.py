@@ -71,6 +71,9 @@ class ComposedPlanner:
         # set by whoever drives the step: True when observe() is given groups one by one as they
         # finish while others are still out (rollout.overlap_rounds)
         self.overlapped = False
+        # set by whoever drives the step: uids whose groups are still being generated from an earlier step
+        # (partial rollouts carry them); not requested again until they come back
+        self.in_flight: set[str] = set()
 
     # ------------------------------------------------------------------ helpers for parts
     def indices(self, uids: list[str]) -> np.ndarray:
@@ -83,7 +86,7 @@ class ComposedPlanner:
         the prompts cooled longest make up the difference."""
         out: list[str] = []
         cooling: list[str] = []  # trained on too recently (planner.revisit_cooldown)
-        seen = set(st.groups) | set(extra or ())
+        seen = set(st.groups) | set(extra or ()) | self.in_flight
         # two epochs' worth of the stream hold every prompt at least once, so a cooldown that skips
         # prompts still finds every one that is free (without one, the scan is kept as it was)
         for _ in range(self.pool_size * (2 if self.cooldown else 1)):

@@ -536,13 +536,28 @@ def test_dars_schedules_worked_values() -> None:
 
 
 def test_rank_allocation_hand_computed() -> None:
-    pl = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8)
-    for u, s in zip("abcd", (8, 6, 4, 2)):  # ranks 0, 1/4, 2/4, 3/4
-        pl.estimator.update(pl.index[u], s, 8)
-    ns = {q.uid: q.n for q in pl.begin_step(0)}
-    # n_min 4, n_max 12, spare 32 - 16 = 16: 4 + floor(16 * r / 1.5) = 4, 6, 9, 12; remainder 1 -> hardest full, next
-    assert ns == {"a": 4, "b": 6, "c": 10, "d": 12}
-    assert sum(ns.values()) == 32
+    def plan(epoch):
+        pl = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8)
+        for u, s in zip("abcd", (8, 6, 4, 2)):  # ranks 0, 1/4, 2/4, 3/4
+            pl.estimator.update(pl.index[u], s, 8)
+        pl.stream.epoch = epoch
+        return pl, {q.uid: q.n for q in pl.begin_step(0)}
+
+    # E3's window: [8, 8] in epoch 0, widening by 2 a side each epoch to [4, 12]
+    assert plan(0)[1] == dict.fromkeys("abcd", 8)
+    # epoch 1: n_min 6, n_max 10, spare 32 - 24 = 8: 6 + floor(8 * r / 1.5) = 6, 7, 8, 10; remainder 1 -> c
+    assert plan(1)[1] == {"a": 6, "b": 7, "c": 9, "d": 10}
+    # epoch 2 on: n_min 4, n_max 12, spare 16: 4 + floor(16 * r / 1.5) = 4, 6, 9, 12; remainder 1 -> c
+    pl, ns = plan(2)
+    assert ns == {"a": 4, "b": 6, "c": 10, "d": 12} and sum(ns.values()) == 32
+    # ranks are those of the epoch's start: results later in the epoch do not move them (and resume with them)
+    ranks = pl.allocator.ranks.tolist()
+    pl.observe([GroupResult(u, [1.0] * n, [5] * n) for u, n in ns.items()])
+    pl.end_step()
+    assert pl.allocator.ranks.tolist() == ranks
+    again = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8)
+    again.load_state_dict(pl.state_dict())
+    assert again.allocator.ranks.tolist() == ranks and again.allocator.rank_epoch == 2
 
 
 # ------------------------------------------------------------------ repair, metrics, budgets

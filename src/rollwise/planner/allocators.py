@@ -181,17 +181,34 @@ class HardnessAllocator(Allocator):
 
 
 class RankAllocator(Allocator):
+    """E3's allocation: n_i = n_min + spare * r_i / sum(r) by difficulty rank r, the remainder to the
+    hardest up to n_max. As in E3's code, the window [n_min, n_max] starts at [n, n] and widens by 2
+    a side each epoch to its bounds (planner.min/max_samples_per_prompt, default n/2 and 1.5 n), and
+    the ranks are computed once an epoch, from the history up to its start."""
+
     name = "rank"
+    WIDEN = 2  # samples per side per epoch
 
     def __init__(self, cfg: Any, n: int):
         super().__init__(cfg, n)
-        self.min_n = cfg.min_samples_per_prompt or max(1, n // 2)
-        self.max_n = cfg.max_samples_per_prompt or n + n // 2
+        self.lo = cfg.min_samples_per_prompt or max(1, n // 2)
+        self.hi = cfg.max_samples_per_prompt or n + n // 2
+        self.ranks: np.ndarray | None = None  # over the pool, as of the start of epoch `rank_epoch`
+        self.rank_epoch = -1
+
+    def window(self, epoch: int) -> tuple[int, int]:
+        return max(self.lo, min(self.n, self.hi) - self.WIDEN * epoch), min(self.hi, max(self.n, self.lo) + self.WIDEN * epoch)
 
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
         idx = pl.indices(uids)
         est = pl.estimator
-        r = est.rank(idx) if hasattr(est, "rank") else rank_by_mean(est, idx)
+        epoch = pl.stream.epoch
+        if self.ranks is None or epoch != self.rank_epoch:
+            pool = np.arange(pl.pool_size)
+            self.ranks = est.rank(pool) if hasattr(est, "rank") else rank_by_mean(est, pool)
+            self.rank_epoch = epoch
+        r = self.ranks[idx]
+        self.min_n, self.max_n = self.window(epoch)
         m = len(uids)
         if r.sum() <= 0 or budget < self.min_n * m:
             return [self.n] * m
@@ -205,6 +222,15 @@ class RankAllocator(Allocator):
             out[i] += add
             left -= add
         return out.tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rank_epoch": self.rank_epoch,
+                "ranks": None if self.ranks is None else self.ranks.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rank_epoch = int(state.get("rank_epoch", -1))
+        self.ranks = None if state.get("ranks") is None else np.asarray(state["ranks"], dtype=float)
 
 
 class ScreenAllocator(Allocator):

@@ -252,3 +252,35 @@ def test_encode_prompts_drops_long_prompts() -> None:
     assert dropped == ["u2"]
     ids, dropped = encode_prompts([ITEM], tiny_tokenizer(None), cfg)
     assert ids == [[4, 5, 6, 7, 6, 8, 9, 10]] and dropped == []
+
+
+def test_the_default_mixtures_gold_answers_are_the_true_results() -> None:
+    """Each default task's gold answer, computed again from its question. reasoning-gym 0.1.25's
+    basic_arithmetic with allow_parentheses=false rewrote divisions after writing the question
+    ("Calculate 4 / 1." -> 2), so the default leaves division out."""
+    import math
+    import re
+
+    from rollwise.config import load_config
+
+    cfg = load_config().data
+    train, evals = build_items(cfg.model_copy(update={"train_size": 1000, "eval_size": 100}), seed=0)
+    checked = Counter()
+    for it in train + evals:
+        q = it.question
+        nums = [int(x) for x in re.findall(r"-?\d+", q)]
+        if it.task == "basic_arithmetic":
+            expr = q.replace("Calculate", "").strip().rstrip(".")
+            assert re.fullmatch(r"[\d\s+\-*]+", expr), q  # no division
+            truth = eval(expr)  # noqa: S307  (digits and + - * only, checked above)
+        elif it.task == "chain_sum":
+            truth = eval(re.search(r"([\d\s+\-]+)=", q).group(1))  # noqa: S307
+        elif it.task == "products":
+            truth = eval(re.search(r"multiplication: ([\d\s*\-]+)\.", q).group(1))  # noqa: S307
+        elif it.task == "gcd":
+            truth = math.gcd(*nums)
+        else:
+            truth = math.lcm(*nums)
+        assert str(truth) == it.answer, (it.task, q, it.answer)
+        checked[it.task] += 1
+    assert set(checked) == {"chain_sum", "products", "basic_arithmetic", "gcd", "lcm"} and min(checked.values()) > 100

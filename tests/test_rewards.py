@@ -105,6 +105,57 @@ def test_reasoning_gym_on_a_file_item_falls_back_to_exact_match() -> None:
     assert reasoning_gym("13", it) == 0.0
 
 
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The answer is 2, since 98 = 2 * 49", "2"),  # the number the prefix names, not the last one
+    ("The answer is 42 (rounded to 2 decimal places).", "42"),
+    ("The answer is 7, not 12.", "7"),
+    ("The answer is 3.\n\nI hope it is correct.", "3"),  # a closing sentence does not hide the answer
+    ("So 2+3 = 5", "5"),
+    ("Yes", "Yes"),
+])
+def test_extract_answer_reads_what_the_answer_line_says(completion: str, expected: str) -> None:
+    assert extract_answer(completion) == expected
+
+
+@pytest.mark.parametrize(("completion", "gold"), [
+    ("12 apples", "12 apples"), ("2, 3", "2, 3"), ("(1, 2)", "(1, 2)"), ("x = 12", "x = 12"),
+    ("<answer>2,3</answer>", "2, 3"), ("\\boxed{\\frac{3}{4}}", "3/4"), ("\\dfrac{1}{2}", "0.5"),
+    ("\u22125", "-5"), ("\\boxed{x = 12}", "12"), ("12%", "12"), ("(12)", "12"), ("12!", "12"),
+])
+def test_exact_match_accepts_the_forms_a_correct_answer_takes(completion: str, gold: str) -> None:
+    assert exact_match(completion, item(gold)) == 1.0
+
+
+def test_exact_match_refuses_a_wrong_number_after_the_answer_prefix() -> None:
+    assert exact_match("The answer is 7, not 12.", item("12")) == 0.0
+    assert exact_match("12 pears", item("12 apples")) == 0.0
+    assert exact_match("2, 4", item("2, 3")) == 0.0
+
+
+def test_reasoning_gym_gives_a_correct_answer_full_credit_however_it_is_decorated() -> None:
+    """The generators' scorers compare exact strings: "3." or "$3$" for 3 got partial credit."""
+    from rollwise.config import DataConfig
+    from rollwise.data import build_items
+    from rollwise.data.tasks import TaskSpec
+
+    it = build_items(DataConfig(tasks=[TaskSpec(name="gcd")], train_size=4, eval_size=0), seed=0)[0][0]
+    g = it.answer
+    for c in (f"<answer>${g}$</answer>", f"<answer>{g}.</answer>", f"<answer>**{g}**</answer>", f"\\boxed{{{g}.0}}"):
+        assert reasoning_gym(c, it) == 1.0, c
+    assert reasoning_gym(f"1{g}", it) < 1.0  # a wrong answer keeps the generator's own partial credit
+
+
+@pytest.mark.parametrize(("completion", "gold", "score"), [
+    ("\\boxed{2}", "2\\sqrt{2}", 0.0), ("\\boxed{2\\sqrt{2}}", "2\\sqrt{2}", 1.0), ("\\boxed{1}", "x^2 + 1", 0.0),
+    ("<answer>\\sqrt{2}</answer>", "\\sqrt{2}", 1.0), ("\\boxed{3}", "3\\pi", 0.0),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}", 1.0), ("1,234", "1234", 1.0), ("3/4", "0.75", 1.0),
+])
+def test_math_verify_reads_a_bare_latex_gold_answer_as_math(completion: str, gold: str, score: float) -> None:
+    """A gold answer written as bare LaTeX (MATH-style files) parsed raw gave [] or its last number:
+    wrong answers scored 1 and right ones 0."""
+    assert math_verify(completion, item(gold)) == score
+
+
 def test_math_verify() -> None:
     assert math_verify("\\frac{1}{2}", item("0.5")) == 1.0
     assert math_verify("So the final answer is $\\boxed{42}$.", item("42")) == 1.0

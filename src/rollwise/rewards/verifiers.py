@@ -4,10 +4,14 @@ Answer extraction (`extract_answer`), applied in this order:
 
 1. the contents of the last ``<answer>...</answer>`` pair, if there is one;
 2. else the contents of the last ``\\boxed{...}`` (nested braces are matched);
-3. else the last non-empty line, with a leading "answer:"/"the answer is" and surrounding
-   markdown/LaTeX decoration (``* $ `` and a final period) removed. If what is left has no
-   whitespace it is the answer (``-4``, ``3/4``, ``x+2``); otherwise the last number in it
-   (``The sum is 12.`` gives ``12``), or the line itself when it holds no number.
+3. else the last non-empty line (or, when it is a sentence with neither a number nor an
+   "answer" prefix, such as "I hope it is correct.", the last line before it with one), with a
+   leading "answer:"/"the answer is" and surrounding markdown/LaTeX decoration (``* $ `` and a
+   final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
+   ``x+2``); otherwise the first number after an "answer is" prefix (``The answer is 2, since
+   98 = 2 * 49`` gives ``2``), else the last number in it (``The sum is 12.`` gives ``12``), or the
+   line itself when it holds no number. `exact_match` also compares the whole line with the gold
+   answer, so a gold answer with words ("12 apples", "2, 3") matches the same line.
 
 The result is stripped, and thousands separators are removed from a lone number
 (``1,000`` becomes ``1000``). Tasks whose answers are not numbers should ask for
@@ -73,15 +77,42 @@ def _strip_decoration(s: str) -> str:
     return s[:-1].strip(_DECORATION) if s.endswith(".") else s
 
 
-def _last_line_answer(text: str) -> str:
+def _answer_line(text: str) -> str:
+    """The last non-empty line; when it is a sentence with no number and no "answer" prefix (a closing
+    "I hope it is correct."), the last line before it that has one of them."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return ""
-    line = _strip_decoration(lines[-1])
+    last = lines[-1]
+    if len(_strip_decoration(last).split()) <= 1:
+        return last
+    for ln in reversed(lines):
+        if _NUMBER.search(ln) or _PREFIX.match(ln.strip(_DECORATION)):
+            return ln
+    return last
+
+
+def _last_line_answer(text: str) -> str:
+    raw = _answer_line(text)
+    prefixed = _PREFIX.match(raw.strip(_DECORATION)) is not None
+    line = _strip_decoration(raw)
     if not line.split() or len(line.split()) == 1:
         return line
     numbers = _NUMBER.findall(line)
-    return numbers[-1] if numbers else line
+    if not numbers:
+        return line
+    # "The answer is 2, since 98 = 2 * 49": the number the prefix names, not the last one
+    return numbers[0] if prefixed else numbers[-1]
+
+
+def answer_candidates(completion: str) -> list[str]:
+    """What a completion may be answering with: `extract_answer`, and, without a tag or box, the whole
+    answer line as well (a gold answer with words, "12 apples" or "2, 3", is compared with both)."""
+    first = extract_answer(completion)
+    if _last_tag(completion) is not None or _last_boxed(completion) is not None:
+        return [first]
+    line = _strip_decoration(_answer_line(completion))
+    return [first, line] if line and line != first else [first]
 
 
 def extract_answer(completion: str) -> str:
@@ -105,15 +136,27 @@ def gold_answer(item: PromptItem) -> str:
     return answer.strip()
 
 
+_FRAC = re.compile(r"\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
+_ASSIGN = re.compile(r"^[a-z]\s*=\s*")
+
+
 def normalize(answer: str) -> str:
-    """Lower case, single spaces, no decoration or final period, no thousands separators."""
-    s = " ".join(answer.split()).lower()
+    """Lower case, single spaces, no decoration, final period or trailing punctuation, no thousands
+    separators; a LaTeX fraction becomes a/b, a Unicode minus '-', '12%' '12', 'x = 12' '12', '(12)'
+    '12', and '2, 3' '2,3'."""
+    s = " ".join(answer.split()).lower().replace("\u2212", "-")
+    s = _FRAC.sub(r"\1/\2", s)
     s = s.strip(_DECORATION)
-    if s.endswith("."):
-        s = s[:-1].strip(_DECORATION)
+    s = s.rstrip(".,;:!?").strip(_DECORATION)
+    s = _ASSIGN.sub("", s)
+    if s.endswith("\\%"):
+        s = s[:-2]
+    s = s.removesuffix("%").strip()
+    if len(s) > 1 and s[0] == "(" and s[-1] == ")" and s.count("(") == 1:
+        s = s[1:-1].strip()
     if _THOUSANDS.fullmatch(s):
         s = s.replace(",", "")
-    return s
+    return s.replace(", ", ",")
 
 
 def _as_fraction(s: str) -> Fraction | None:
@@ -138,8 +181,9 @@ def answers_match(predicted: str, gold: str) -> bool:
 
 
 def exact_match(completion: str, item: PromptItem) -> float:
-    """1.0 if the extracted answer equals the gold answer after `normalize` (numbers by value)."""
-    return 1.0 if answers_match(extract_answer(completion), gold_answer(item)) else 0.0
+    """1.0 if an answer candidate equals the gold answer after `normalize` (numbers by value)."""
+    gold = gold_answer(item)
+    return 1.0 if any(answers_match(c, gold) for c in answer_candidates(completion)) else 0.0
 
 
 @cache
@@ -157,8 +201,8 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
     len(gold)/len(answer) when the gold answer is a substring of the extracted answer.
     """
     source = (item.entry.get("metadata") or {}).get("source_dataset")
-    if not source:
-        return exact_match(completion, item)
+    if not source or exact_match(completion, item):  # "3." or "$3$" for 3: the generators' scorers compare
+        return exact_match(completion, item)  # exact strings and gave those partial credit
     entry = item.entry if "answer" in item.entry else {**item.entry, "answer": item.answer}
     return float(_rg_scorer(source)(extract_answer(completion), entry))
 
@@ -183,11 +227,24 @@ def math_verify(completion: str, item: PromptItem) -> float:
     for name in ("math_verify.parser", "math_verify.grader"):  # the "timeout disabled" notice
         logging.getLogger(name).setLevel(logging.ERROR)
     tagged = _last_tag(completion)
-    gold = parse(gold_answer(item), parsing_timeout=None)
-    pred = parse(tagged if tagged is not None else completion, parsing_timeout=None)
+    gold = _math_parse(gold_answer(item))
+    pred = _math_parse(tagged) if tagged is not None else parse(completion, parsing_timeout=None)
     if not gold or not pred:
         return 0.0
     return 1.0 if verify(gold, pred, timeout_seconds=None) else 0.0
+
+
+def _math_parse(text: str) -> list:
+    """math-verify's parse of an answer on its own (a gold answer, an <answer> tag's contents). Bare LaTeX
+    such as \\frac{\\sqrt{3}}{2} or 2\\sqrt{2} is read as math only between $...$ (parsed raw, it
+    gave [] or just its last number), so it is wrapped first; plain text falls back to the raw parse."""
+    from math_verify import parse
+
+    if not any(d in text for d in ("$", "\\boxed", "\\(", "\\[")):
+        wrapped = parse(f"${text}$", parsing_timeout=None)
+        if wrapped:
+            return wrapped
+    return parse(text, parsing_timeout=None)
 
 
 def format_reward(completion: str, item: PromptItem) -> float:

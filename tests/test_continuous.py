@@ -290,3 +290,49 @@ def test_lm_head_gets_a_contiguous_input(setup, engine_cls):
     out = eng.generate([GenerationRequest(p, 4, greedy=True) for p in prompts])
     assert len(out) == len(prompts) and len(seen) > 2
     assert all(seen)
+
+
+@pytest.mark.parametrize("arch", ["granite", "cohere"])
+def test_models_that_rescale_their_logits_get_the_same_logprobs_everywhere(setup, arch):
+    """Granite divides its logits by config.logits_scaling, Cohere multiplies them by logit_scale: the trainer's
+    log-probs and a response resumed from a prefix (the engine's own output-layer path) must match the
+    model's full forward, as a fresh response does."""
+    from transformers import CohereConfig, CohereForCausalLM, GraniteConfig, GraniteForCausalLM
+
+    tok, _, prompts = setup
+    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    torch.manual_seed(0)
+    if arch == "granite":
+        model = GraniteForCausalLM(GraniteConfig(**common, logits_scaling=8.0))
+    else:
+        model = CohereForCausalLM(CohereConfig(**common, logit_scale=0.25))
+    model.eval()
+    reqs = [GenerationRequest(p, 8, temperature=0.9, request_id=i) for i, p in enumerate(prompts[:3])]
+    full = _engine(tok, model, num_slots=3, seed=1).generate(reqs)
+    with torch.no_grad():  # the model's own forward, logits transform included
+        ref = []
+        for r, o in zip(reqs, full):
+            ids = torch.tensor([r.prompt_ids + o.response_ids])
+            logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1 : -1].float() / 0.9
+            ref.append(torch.log_softmax(logits, -1).gather(1, torch.tensor(o.response_ids)[:, None])[:, 0])
+    for o, want in zip(full, ref):
+        torch.testing.assert_close(torch.tensor(o.logprobs), want, atol=1e-4, rtol=1e-4)
+    trainer = _fresh_logprobs(model, [r.prompt_ids for r in reqs], [o.response_ids for o in full], tok.pad_token_id, 0.9)
+    for b, (o, want) in enumerate(zip(full, ref)):
+        torch.testing.assert_close(trainer[b, : len(o.response_ids)], want, atol=1e-4, rtol=1e-4)
+    # a response resumed from its first 3 tokens: the first new token goes through the engine's _head
+    eng = _engine(tok, model, num_slots=3, seed=1)
+    resumed = [replace(r, prefix_ids=o.response_ids[:3], prefix_logprobs=o.logprobs[:3], prefix_versions=[0] * 3)
+               for r, o in zip(reqs, full)]
+    outs = {o.request_id: o for o in eng.generate(resumed)}
+    for r, want in zip(reqs, ref):
+        o = outs[r.request_id]
+        n = min(len(o.response_ids), len(want))
+        new = torch.tensor(o.logprobs[3:n])
+        if n > 3:  # the resumed tokens' log-probs under the same weights: the full forward's at those tokens
+            ids = torch.tensor([r.prompt_ids + o.response_ids])
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1 : -1].float() / 0.9
+            exp = torch.log_softmax(logits, -1).gather(1, torch.tensor(o.response_ids)[:, None])[:, 0][3:n]
+            torch.testing.assert_close(new, exp, atol=1e-4, rtol=1e-4)

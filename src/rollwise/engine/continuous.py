@@ -437,7 +437,11 @@ class ContinuousEngine(HFEngine):
             self._prefix.popitem(last=False)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.get_output_embeddings()(hidden)
+        """The output layer and what the model does to its logits after it (Granite's logits_scaling,
+        Cohere's logit_scale, Gemma's soft cap), as its full forward does."""
+        from rollwise.training.logprobs import apply_logit_transform, logit_transform
+
+        return apply_logit_transform(self.model.get_output_embeddings()(hidden), *logit_transform(self.model))
 
     def _extend(self, bases: list[_Entry], suffixes: list[list[int]]) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]:
         """Run each suffix on top of its base context's KV in one forward.

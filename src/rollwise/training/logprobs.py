@@ -141,9 +141,35 @@ def _shared_hidden(decoder: torch.nn.Module, batch: SharedPromptBatch) -> torch.
     return torch.cat([last, out_r.last_hidden_state[:, : R - 1, :]], dim=1)
 
 
+def logit_transform(model: torch.nn.Module) -> tuple[float, float | None]:
+    """(scale, softcap) that the model applies to its logits after the output layer: Granite divides by
+    config.logits_scaling, Cohere multiplies by config.logit_scale, Gemma 2/3 soft-cap at
+    config.final_logit_softcapping. (1.0, None) for most models (Llama, Qwen, SmolLM)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = getattr(base, "config", None)
+    cfg = getattr(cfg, "text_config", None) or cfg
+    scale = 1.0
+    if getattr(cfg, "logits_scaling", None):
+        scale /= float(cfg.logits_scaling)
+    if getattr(cfg, "logit_scale", None):
+        scale *= float(cfg.logit_scale)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    return scale, float(cap) if cap else None
+
+
+def apply_logit_transform(logits: torch.Tensor, scale: float, softcap: float | None) -> torch.Tensor:
+    if scale != 1.0:
+        logits = logits * scale
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
+
+
 def _head_chunk(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                temperature: float, want_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = torch.nn.functional.linear(h, weight, bias).float() / temperature  # [n, V]
+                temperature: float, want_entropy: bool, scale: float = 1.0,
+                softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = apply_logit_transform(torch.nn.functional.linear(h, weight, bias).float(), scale, softcap)
+    logits = logits / temperature  # [n, V]
     logz = torch.logsumexp(logits, dim=-1)  # [n]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [n]
     if want_entropy:
@@ -183,9 +209,11 @@ def response_logprobs(
     h_flat = h[sel]  # [N, H]
     t_flat = batch.response_ids[sel]  # [N]
     bias = getattr(head, "bias", None)
+    scale, softcap = logit_transform(model)
     logps, ents = [], []
     for s in range(0, h_flat.shape[0], chunk_tokens):
-        args = (h_flat[s : s + chunk_tokens], head.weight, bias, t_flat[s : s + chunk_tokens], temperature, want_entropy)
+        args = (h_flat[s : s + chunk_tokens], head.weight, bias, t_flat[s : s + chunk_tokens], temperature, want_entropy,
+                scale, softcap)
         if torch.is_grad_enabled():
             lp, en = checkpoint(_head_chunk, *args, use_reentrant=False)
         else:

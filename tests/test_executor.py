@@ -72,6 +72,26 @@ def test_partial_rollouts_account_for_every_sample(tiny_model_dir, tok, retentio
         assert eng._held is not None or ex.buffered() == 0  # carried rows stay in their slots
 
 
+def test_rows_held_by_a_partial_first_round_survive_a_follow_up_round(tiny_model_dir, tok):
+    """partial_keep_kv: a follow-up round of the same step (a planner's top-up) leaves the rows the
+    first round held in their slots for the next step, instead of dropping them."""
+    model = _perturbed(tiny_model_dir, 0.3, 0)
+    prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
+    eos = [tok.eos_token_id, tok.convert_tokens_to_ids("1"), tok.convert_tokens_to_ids("e")]  # lengths vary
+    eng = _engine(model, tok, eos, slots=3)
+    ex = RolloutExecutor(eng, prompts, max_new_tokens=24, temperature=1.0, partial=True, retention_limit=5,
+                         keep_kv=True, stop_fraction=0.5)
+    ex.generate([Request(u, 2) for u in list(prompts)[:4]], first_round=True)
+    assert ex.carried and eng._held is not None and eng._held.rows
+    held = {row.req.request_id for row in eng._held.rows}
+    ex.generate([Request(list(prompts)[5], 2)], first_round=False)  # a top-up of the same step
+    assert eng._held is not None and {row.req.request_id for row in eng._held.rows} == held
+    prefilled = eng.stats["prefill_tokens"]
+    fresh = sum(len(q.prompt_ids) for g in ex.carried.values() for q in g.pending if not q.prefix_ids)
+    ex.generate([], first_round=True)  # the next step: the held rows go on in their slots, not prefilled again
+    assert eng.stats["prefill_tokens"] - prefilled <= fresh
+
+
 def test_partial_stop_fraction_sets_how_many_groups_end_the_first_round(tiny_model_dir, tok):
     model = _perturbed(tiny_model_dir, 0.3, 0)
     prompts = {f"p{i}": tok(t)["input_ids"] for i, t in enumerate(TEXTS)}
@@ -106,10 +126,19 @@ def test_speculative_reuse_with_unchanged_weights_reuses_almost_everything(tiny_
     ex.generate(reqs)
     first = ex.step_tokens()
     ex.metrics()
+    sampled = eng.stats["sampled_tokens"]
     out = ex.generate(reqs)
     st = eng.stats
     assert st["spec_candidates"] == 24 and st["spec_accepted_tokens"] >= 0.95 * st["spec_old_tokens"]
     assert ex.step_tokens() < 0.2 * first  # only rejected tails are generated again
+    assert ex.step_tokens() == st["sampled_tokens"] - sampled
+    # under other weights responses are rejected part-way: the token verify draws there counts too
+    eng.load_weights(_perturbed(tiny_model_dir, 0.6, 5).state_dict(), version=1)
+    ex.metrics()
+    sampled = eng.stats["sampled_tokens"]
+    ex.generate(reqs)
+    assert eng.stats["spec_accepted_tokens"] < eng.stats["spec_old_tokens"]  # some were rejected
+    assert ex.step_tokens() == eng.stats["sampled_tokens"] - sampled
     assert all(len(v) == 4 for v in out.groups.values())
     for outs in out.groups.values():
         for o in outs:

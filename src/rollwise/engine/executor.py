@@ -116,10 +116,10 @@ class RolloutExecutor:
                 queue += [(uid, q) for q in g.pending]
                 g.pending = []
             self.carried = {}
+        sampled0 = self._sampled()  # before _enqueue: verifying reused responses samples a token at each rejection
         queue += self._enqueue(requests, groups, reuse=first_round)
         owner = {q.request_id: uid for uid, q in queue}
         reqs = [q for _, q in queue]
-        sampled0 = self._sampled()
         t0 = time.perf_counter()
         self._step["engine_rounds"] = self._step.get("engine_rounds", 0.0) + 1
         if on_groups is not None:
@@ -142,7 +142,13 @@ class RolloutExecutor:
 
             finished, unfinished = self._run(reqs, stop_when, hold=self.keep_kv)
         elif hasattr(self.engine, "run_round"):
-            finished, unfinished = self._run(reqs)
+            # a follow-up round: rows the first round held (partial_keep_kv) wait for the next step
+            held, self.engine._held = getattr(self.engine, "_held", None), None
+            try:
+                finished, unfinished = self._run(reqs)
+            finally:
+                if held is not None:
+                    self.engine._held = held
         else:
             finished, unfinished = self.engine.generate(reqs), []
             for q, o in zip(reqs, finished):

@@ -177,3 +177,11 @@ def test_top_k_and_top_p_from_the_config_reach_the_engine(tiny_model_dir, engine
     assert sampled("rollout.top_k=1") == greedy
     assert sampled("rollout.top_p=0.000001") == greedy
     assert sampled() != greedy
+
+
+def test_a_request_for_no_tokens_gets_none_and_an_empty_prompt_is_refused(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    outs = eng.generate([GenerationRequest([5, 6, 7], 0), GenerationRequest([8, 9], 3)])
+    assert [len(o.response_ids) for o in outs] == [0, 3]
+    with pytest.raises(ValueError, match="empty prompt"):
+        eng.generate([GenerationRequest([], 3), GenerationRequest([4, 5], 3)])

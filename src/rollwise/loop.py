@@ -492,6 +492,8 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
     if hasattr(planner, "overlapped"):
         planner.overlapped = stream
     if hasattr(planner, "in_flight"):  # a carried group comes back through adopt(), not as a new request
+        if hasattr(executor, "drop_stale"):
+            executor.drop_stale()  # a group dropped as too old is not in flight: the planner may ask for it again
         planner.in_flight = set(getattr(executor, "carried", ()))
     requests = planner.begin_step(step)
     gen_s = 0.0  # engine time only: scoring and planning inside an overlapped round are taken out

@@ -484,6 +484,8 @@ class ContinuousEngine(HFEngine):
         continue from the accepted prefix. Kept tokens carry the current weights' log-probs and
         version; their distribution is the current policy's (exactly so at lenience <= 1 with
         full top-k). Counts go to `stats` (spec_*)."""
+        if any(not p for p in prompts):
+            raise ValueError("verify: a prompt is empty; every prompt needs at least one token")
         gen = generator if generator is not None else self.generator
         out: list[GenerationOutput | GenerationRequest] = []
         t0 = time.perf_counter()

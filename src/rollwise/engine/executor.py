@@ -110,7 +110,7 @@ class RolloutExecutor:
         if first_round:
             self._banked = set()
         if first_round and self.carried:
-            self._drop_stale()
+            self.drop_stale()
             for uid, g in self.carried.items():
                 groups[uid] = g
                 queue += [(uid, q) for q in g.pending]
@@ -276,7 +276,7 @@ class RolloutExecutor:
         return GenerationRequest(self.prompt_ids[r.uid], r.max_new_tokens or self.max_new_tokens,
                                  r.temperature or self.temperature)
 
-    def _drop_stale(self) -> None:
+    def drop_stale(self) -> None:
         """Drop carried samples whose oldest token is more than retention_limit versions old."""
         version = self.engine.version
         for uid in list(self.carried):

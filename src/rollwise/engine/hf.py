@@ -207,6 +207,8 @@ class HFEngine:
 
     @torch.no_grad()
     def _generate_batch(self, reqs: list[GenerationRequest], gen: torch.Generator) -> list[GenerationOutput]:
+        if any(not r.prompt_ids for r in reqs):  # a fully masked row would generate from nothing
+            raise ValueError("a generation request has an empty prompt; every prompt needs at least one token")
         B = len(reqs)
         plen = max(len(r.prompt_ids) for r in reqs)
         max_new = max(r.max_new_tokens for r in reqs)
@@ -225,7 +227,7 @@ class HFEngine:
         tokens = torch.zeros((B, max_new), dtype=torch.long, device=dev)  # [B, T]
         logps = torch.zeros((B, max_new), device=dev)  # [B, T]
         lengths = torch.zeros(B, dtype=torch.long, device=dev)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        done = limits <= 0  # a request for 0 new tokens gets none, even beside others
         stopped = torch.zeros(B, dtype=torch.bool, device=dev)
         eos = torch.tensor(sorted(self.eos), device=dev)
 

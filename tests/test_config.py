@@ -297,10 +297,41 @@ def test_a_planner_option_no_part_reads_is_a_config_error() -> None:
     assert cfg.planner.screen_growth == "eager"
     with pytest.raises(ConfigError, match="estimator_window=8 is read only by planner.estimator=window or last_visit"):
         build_config({"planner": {"estimator_window": 8}})  # adaptive's estimator is irt
-    with pytest.raises(ConfigError, match="target_solve_rate=0.3 is read only with planner.selection_score=target"):
+    with pytest.raises(ConfigError, match="target_solve_rate=0.3 is read only by planner.selector=posterior with "
+                                          "planner.selection_score=target; strategy 'adaptive' scores"):
         build_config({"planner": {"target_solve_rate": 0.3}})  # adaptive scores by expected signal
+    with pytest.raises(ConfigError, match="strategy 'knapsack' uses selector 'all'"):
+        build_config({"planner": {"strategy": "knapsack", "target_solve_rate": 0.3}})
     assert build_config({"planner": {"strategy": "mopps", "target_solve_rate": 0.3}}).planner.target_solve_rate == 0.3
     assert build_config({"planner": {"posterior_decay": 0.8}}).planner.posterior_decay == 0.8  # irt reads it
+
+
+def test_planner_options_another_option_switches_off_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="candidate_factor=1 gives the posterior selector no more candidates"):
+        build_config({"planner": {"strategy": "mopps", "candidate_factor": 1, "selection_score": "info"}})
+    assert build_config({"planner": {"strategy": "mopps", "candidate_factor": 1}}).planner.candidate_factor == 1
+    with pytest.raises(ConfigError, match="screen_growth acts in the screen allocator's same-step follow-up"):
+        build_config({"planner": {"screen_followup": "next_step", "screen_growth": "eager"}})
+    with pytest.raises(ConfigError, match="filter_zero_variance=false has no effect with the filter selector"):
+        build_config({"planner": {"strategy": "dapo", "filter_zero_variance": False}})
+    with pytest.raises(ConfigError, match=r"planner.screen_size \(8\) must be below rollout.num_generations \(8\)"):
+        build_config({"planner": {"screen_size": 8}})
+    assert build_config({"planner": {"screen_size": 4}}).planner.screen_size == 4
+
+
+def test_settings_another_setting_makes_idle_are_named() -> None:
+    got = unused_settings(load_config(None, ["planner.strategy=dapo", "planner.seed=5", "algo.beta=0.01",
+                                             "train.skip_zero_advantage=false", "data.eval_size=0",
+                                             "eval.max_completion_length=64",
+                                             "algo.offpolicy_correction=mask_resumed"]))
+    assert {line.split("=")[0] for line in got} == {
+        "algo.offpolicy_correction", "train.skip_zero_advantage", "planner.seed", "eval.max_completion_length"}, got
+    assert unused_settings(load_config(None, ["planner.strategy=mopps", "planner.seed=5",
+                                              "algo.offpolicy_correction=mask_resumed", "rollout.partial_rollouts=true",
+                                              "rollout.engine=continuous"])) == []
+    got = unused_settings(load_config(None, ["planner.budget_rollouts=32", "planner.revisit_cooldown=2",
+                                             "rollout.prompts_per_step=16"]))
+    assert [line.split("=")[0] for line in got] == ["rollout.prompts_per_step"]
 
 
 def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> None:

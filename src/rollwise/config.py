@@ -530,12 +530,16 @@ class Config(_Section):
             raise ValueError(f"reward.overlong_buffer ({self.reward.overlong_buffer}) must be below "
                              f"rollout.max_completion_length ({self.rollout.max_completion_length}): the punishment "
                              "starts that many tokens before the cap")
-        from rollwise.planner.strategies import unused_options, whole_round_parts  # no config import there
+        from rollwise.planner.strategies import screen_allocator, unused_options, whole_round_parts  # no config import
 
         why = unused_options(self.planner)
         if why:
             raise ValueError(why)
         pl = self.planner
+        if screen_allocator(pl) and pl.screen_size >= self.rollout.num_generations:
+            raise ValueError(f"planner.screen_size ({pl.screen_size}) must be below rollout.num_generations "
+                             f"({self.rollout.num_generations}): a probe that large is a whole group, so the screen "
+                             "allocator would never probe")
         if pl.budget_rollouts is not None and pl.budget_tokens is not None:
             raise ValueError(f"planner.budget_rollouts ({pl.budget_rollouts}) and planner.budget_tokens "
                              f"({pl.budget_tokens}) are both set; a step's budget is in one unit: keep one")
@@ -606,6 +610,17 @@ def _evaluates(c: Config) -> bool:
 _LORA = "model.lora.enabled=true"
 
 
+def _planner_draws(c: Config) -> bool:
+    """Whether the planner draws from its own random stream (planner.seed): the skip and posterior
+    selectors do, and the screen allocator's expectations under an estimator that samples (not irt)."""
+    from rollwise.planner.strategies import PRESETS, screen_allocator
+
+    pre = PRESETS.get(c.planner.strategy, {})
+    sel = c.planner.selector or pre.get("selector")
+    est = c.planner.estimator or pre.get("estimator")
+    return sel in ("skip", "posterior") or (screen_allocator(c.planner) and est != "irt")
+
+
 # option -> (when it is read, that condition in words)
 _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.cache_dir": (_builtin_model, "the built-in model as model.name_or_path"),
@@ -615,8 +630,7 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.lora.target_modules": (lambda c: c.model.lora.enabled, _LORA),
     "data.system_prompt": (lambda c: c.data.use_chat_template, "data.use_chat_template=true"),
     "reward.overlong_penalty": (lambda c: c.reward.overlong_buffer > 0, "reward.overlong_buffer > 0"),
-    "rollout.prompts_per_step": (lambda c: (c.planner.budget_rollouts is None and c.planner.budget_tokens is None)
-                                 or c.planner.revisit_cooldown > 0,
+    "rollout.prompts_per_step": (lambda c: c.planner.budget_rollouts is None and c.planner.budget_tokens is None,
                                  "no planner.budget_rollouts or budget_tokens (a budget sets the step's size)"),
     "rollout.batch_size": (lambda c: c.rollout.engine != "vllm", "rollout.engine=hf or continuous"),
     "rollout.partial_stop_fraction": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
@@ -652,15 +666,22 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "distributed.max_worker_restarts": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
-    "planner.seed": (lambda c: c.planner.strategy != "uniform" or c.planner.selector not in (None, "all")
-                     or c.planner.allocator not in (None, "fixed"),
-                     "a planner with random choices (any strategy but plain uniform)"),
+    "planner.seed": (_planner_draws, "a planner with random choices: selector skip or posterior, or the screen "
+                     "allocator with an estimator other than irt"),
     "eval.every_n_steps": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate on)"),
     "eval.early_stopping_patience": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate "
                                      "on)"),
     "eval.pass_k": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.batch_size": (lambda c: False, "`rollwise eval`; evaluation during training runs in the rollout engine "
                         "(rollout.batch_size, rollout.num_slots)"),
+    "eval.max_completion_length": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and "
+                                   "data.eval_size > 0)"),
+    "train.skip_zero_advantage": (lambda c: c.algo.beta == 0 and c.algo.entropy_coef == 0,
+                                  "algo.beta=0 and algo.entropy_coef=0 (otherwise every sample is forwarded anyway)"),
+    "algo.offpolicy_correction": (lambda c: c.algo.offpolicy_correction != "mask_resumed" or c.rollout.partial_rollouts
+                                  or c.distributed.async_training,
+                                  "mask_resumed: rollout.partial_rollouts=true or distributed.async_training=true "
+                                  "(only they leave tokens of an older version in a sample)"),
     "eval.save_best": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
                                       "eval.early_stopping_patience > 0 or eval.save_best=true"),

@@ -90,6 +90,11 @@ BELIEF_SELECTORS, BELIEF_ALLOCATORS = ("posterior",), ("knapsack", "rank", "scre
 PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {k: reader for reader, keys in _READERS.items() for k in keys}
 
 
+def screen_allocator(cfg: Any) -> bool:
+    """Whether a PlannerConfig's planner allocates with the screen allocator."""
+    return (cfg.allocator or PRESETS.get(cfg.strategy, {}).get("allocator")) == "screen"
+
+
 def unused_options(cfg: Any) -> str:
     """Why a PlannerConfig sets, to other than its default, an option that none of the parts of
     its planner reads ("" if it does not): such an option would be accepted and ignored."""
@@ -109,9 +114,26 @@ def unused_options(cfg: Any) -> str:
                 f"and allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector "
                 f"'{sel}', allocator '{alloc}') decides without it (choose such a part, or drop prior_counts)")
     score = cfg.selection_score or preset.get("score", "target")
-    if cfg.target_solve_rate != fields["target_solve_rate"].default and score != "target":
-        return (f"planner.target_solve_rate={cfg.target_solve_rate} is read only with planner.selection_score="
-                f"target; strategy '{cfg.strategy}' scores candidates by '{score}'")
+    if cfg.target_solve_rate != fields["target_solve_rate"].default and (sel != "posterior" or score != "target"):
+        why = f"scores candidates by '{score}'" if sel == "posterior" else f"uses selector '{sel}'"
+        return (f"planner.target_solve_rate={cfg.target_solve_rate} is read only by planner.selector=posterior with "
+                f"planner.selection_score=target; strategy '{cfg.strategy}' {why}")
+    changed = [k for k in fields if getattr(cfg, k) != fields[k].default]
+    if sel == "posterior" and cfg.candidate_factor <= 1:
+        scoring = [k for k in ("selection_score", "stratify", "revisit_discount", "score_per_token",
+                               "target_solve_rate") if k in changed]
+        if scoring:
+            return (f"planner.candidate_factor={cfg.candidate_factor:g} gives the posterior selector no more "
+                    f"candidates than it picks, so it scores none and planner.{scoring[0]} has no effect; raise "
+                    "candidate_factor above 1 or drop it")
+    if alloc == "screen" and cfg.screen_followup == "next_step":
+        later = [k for k in ("screen_growth", "stratify_rollouts", "max_samples_per_prompt") if k in changed]
+        if later:
+            return (f"planner.{later[0]} acts in the screen allocator's same-step follow-up rounds; "
+                    "planner.screen_followup=next_step has none (drop it, or use screen_followup=same_step)")
+    if sel == "filter" and cfg.filter_zero_variance is False:
+        return ("planner.filter_zero_variance=false has no effect with the filter selector (dapo): it trains only on "
+                "groups with a gradient by design; choose another selector to train on equal-reward groups")
     return ""
 
 

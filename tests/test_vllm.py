@@ -95,6 +95,7 @@ def test_vllm_feed_adds_requests_to_the_running_round(monkeypatch):
     eng.llm = SimpleNamespace(llm_engine=_FakeLLMEngine())
     eng.eos, eng.top_p, eng.top_k, eng.version, eng.stats = [1], 1.0, 0, 0, {"sampled_tokens": 0.0}
     eng._ids = itertools.count()
+    eng.generator = torch.Generator().manual_seed(0)
     reqs = [GenerationRequest([5], n, temperature=1.0, request_id=i) for i, n in enumerate([2, 6, 4])]
     seen = []
 
@@ -108,3 +109,27 @@ def test_vllm_feed_adds_requests_to_the_running_round(monkeypatch):
     assert sorted(seen) == [0, 1, 2, 10, 11, 12]
     assert eng.llm.llm_engine.steps == 9  # request 1 (6 tokens) ends at step 6, its follow-up (3) at step 9
     assert all(len(o.response_ids) == len(o.logprobs) == len(o.versions) for o in done)
+
+
+def test_each_sampled_request_gets_a_seed_from_the_engines_saved_stream(monkeypatch):
+    """vLLM draws with each request's own seed, taken from the engine's generator (saved in
+    checkpoints) or from evaluation's: a resumed run samples the same, and evaluating between steps
+    changes nothing. Checked on the seeds handed to a stand-in SamplingParams (no GPU here)."""
+    import sys
+    import types
+
+    from rollwise.engine.vllm import VLLMEngine
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    eng = VLLMEngine.__new__(VLLMEngine)
+    eng.eos, eng.top_p, eng.top_k, eng.version = [1], 1.0, 0, 0
+    eng.generator = torch.Generator().manual_seed(7)
+    req = GenerationRequest([5, 6], 8, temperature=1.0)
+    state = eng.state_dict()
+    first = [eng._params(req)["seed"] for _ in range(3)]
+    assert len(set(first)) == 3 and eng._params(GenerationRequest([5], 8, greedy=True)).get("seed") is None
+    eng.load_state_dict(state)  # resumed: the same seeds again
+    eng._params(req, torch.Generator().manual_seed(99))  # an evaluation's draw uses its own generator
+    assert [eng._params(req)["seed"] for _ in range(3)] == first

@@ -15,6 +15,10 @@ It speaks the same protocol as the HF engines:
 * `load_weights(state_dict, version)`: in-place update of the model inside vLLM's worker
   (`collective_rpc`), then its prefix cache is reset.
 
+Each sampled request gets its own seed, drawn from the engine's generator (saved in `state_dict`,
+so a resumed run samples as the uninterrupted one) or from the generator `generate` is given
+(evaluation's, so evaluating never shifts training's draws).
+
 Behaviour log-probs are vLLM's processed log-probs (after temperature and top-k/top-p), the
 distribution the token was sampled from. The HF engines record the temperature-scaled log-prob of
 the full distribution (before top-k/top-p). At the defaults (rollout.top_p=1, top_k=0) the two
@@ -79,6 +83,9 @@ class VLLMEngine:
         self.top_p, self.top_k = top_p, top_k
         self.version = 0
         self.seed = seed
+        # each sampled request gets its own seed from this stream (saved in checkpoints): vLLM's global RNG
+        # would neither resume nor stay apart from evaluation's draws
+        self.generator = torch.Generator().manual_seed(seed)
         self._ids = itertools.count()
         self.stats: dict[str, float] = {"sampled_tokens": 0.0}
 
@@ -89,8 +96,10 @@ class VLLMEngine:
         self.version = version
 
     def generate(self, requests: list[GenerationRequest], generator: Any = None) -> list[GenerationOutput]:
+        """Every request to completion; `generator` (evaluation's own) seeds the draws instead of the
+        engine's stream, so evaluating never changes what training samples."""
         keyed = [replace(r, request_id=i) for i, r in enumerate(requests)]
-        finished, unfinished = self.run_round(keyed)
+        finished, unfinished = self.run_round(keyed, generator=generator)
         assert not unfinished
         out = sorted(finished, key=lambda o: o.request_id or 0)
         for o, r in zip(out, requests):
@@ -107,12 +116,13 @@ class VLLMEngine:
         engine = self.llm.llm_engine
         live: dict[str, GenerationRequest] = {}
         latest: dict[str, Any] = {}
+        gen = generator if generator is not None else self.generator
 
         def add(r: GenerationRequest) -> None:
             key = f"rw-{next(self._ids)}"
             live[key] = r
             engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
-                               self._params(r))
+                               self._params(r, gen))
 
         for i, r in enumerate(requests):
             add(r if r.request_id is not None else replace(r, request_id=i))
@@ -143,20 +153,23 @@ class VLLMEngine:
         """Nothing is held across rounds: vLLM re-prefills resumed sequences (its prefix cache may hit)."""
 
     def state_dict(self) -> dict:
-        return {"version": self.version}
+        return {"version": self.version, "rng": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.version = int(state["version"])
+        if "rng" in state:  # checkpoints written before the engine kept its own stream have none
+            self.generator.set_state(state["rng"])
 
     # ------------------------------------------------------------------ helpers
-    def _params(self, r: GenerationRequest) -> Any:
+    def _params(self, r: GenerationRequest, gen: torch.Generator | None = None) -> Any:
         from vllm import SamplingParams
 
         left = max(1, r.max_new_tokens - len(r.prefix_ids))
         if r.greedy:
             return SamplingParams(temperature=0.0, max_tokens=left, logprobs=0, stop_token_ids=self.eos)
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen if gen is not None else self.generator))
         return SamplingParams(temperature=r.temperature, top_p=self.top_p, top_k=self.top_k or -1, max_tokens=left,
-                              logprobs=0, stop_token_ids=self.eos, seed=None)
+                              logprobs=0, stop_token_ids=self.eos, seed=seed)
 
     @staticmethod
     def _sampled_logprobs(out: Any) -> list[float]:

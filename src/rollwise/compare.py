@@ -61,13 +61,24 @@ def differing_settings(configs: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{k}: {' | '.join(str(f.get(k, '-')) for f in flat)}" for k in _differing_keys(flat)]
 
 
+def reach_target(points: list[tuple[float, float]]) -> tuple[float | None, str]:
+    """(the first run's final accuracy as the target to reach, or None and why it is none): a target only
+    if that run evaluated after training and gained."""
+    if not points:
+        return None, ""
+    if len(points) < 2 or points[-1][0] == 0:
+        return None, "has no evaluation after training"
+    if points[-1][1] <= points[0][1]:
+        return None, "ended at or below its first evaluation, so reaching it tests nothing"
+    return points[-1][1], ""
+
+
 def compare_table(run_dirs: list[Path]) -> list[str]:
-    """A markdown table, one row per run, the first run the baseline."""
+    """A markdown table, one row per run, the first run the baseline (and, when the first run's final
+    accuracy is no target to reach, a line after it saying why)."""
     curves = [curve(d) for d in run_dirs]
     base = curves[0]
-    pts0 = base["points"]
-    # the first run's final accuracy is a target only if that run evaluated after training and gained
-    target = pts0[-1][1] if len(pts0) > 1 and pts0[-1][0] > 0 and pts0[-1][1] > pts0[0][1] else None
+    target, why = reach_target(base["points"])
     rows = ["| run | planner | steps | held-out accuracy, first -> last | rollout tokens | tokens / first run's "
             "| tokens to the first run's final accuracy (share) | effective ratio |",
             "|---|---|---|---|---|---|---|---|"]
@@ -82,6 +93,8 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
             f"{reach:,.0f} ({reach / base['tokens']:.2f})" if base["tokens"] else f"{reach:,.0f}")
         eff = "-" if c["effective_ratio"] is None else f"{c['effective_ratio']:.2f}"
         rows.append(f"| {d} | {planner} | {c['steps']} | {acc} | {c['tokens']:,.0f} | {share} | {reached} | {eff} |")
+    if why:
+        rows.append(f"(no tokens-to-reach: the first run, {run_dirs[0]}, {why})")
     return rows
 
 
@@ -164,11 +177,6 @@ def report_runs(run_dirs: list[Path], out: Path) -> None:
         print("computed in different environments:\n  " + "\n  ".join(envs))
     print()
     print("\n".join(compare_table(run_dirs)))
-    first = curve(run_dirs[0])["points"]
-    if first and not (len(first) > 1 and first[-1][0] > 0 and first[-1][1] > first[0][1]):
-        print(f"(no tokens-to-reach: the first run, {run_dirs[0]}, "
-              + ("has no evaluation after training)" if len(first) < 2 or first[-1][0] == 0
-                 else "ended at or below its first evaluation, so reaching it tests nothing)"))
     paired = paired_by_seed(run_dirs)
     if paired:
         print("\n" + "\n".join(paired))

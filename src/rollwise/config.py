@@ -613,12 +613,10 @@ _LORA = "model.lora.enabled=true"
 def _planner_draws(c: Config) -> bool:
     """Whether the planner draws from its own random stream (planner.seed): the skip and posterior
     selectors do, and the screen allocator's expectations under an estimator that samples (not irt)."""
-    from rollwise.planner.strategies import PRESETS, screen_allocator
+    from rollwise.planner.strategies import part, screen_allocator
 
-    pre = PRESETS.get(c.planner.strategy, {})
-    sel = c.planner.selector or pre.get("selector")
-    est = c.planner.estimator or pre.get("estimator")
-    return sel in ("skip", "posterior") or (screen_allocator(c.planner) and est != "irt")
+    return (part(c.planner, "selector") in ("skip", "posterior")
+            or (screen_allocator(c.planner) and part(c.planner, "estimator") != "irt"))
 
 
 # option -> (when it is read, that condition in words)
@@ -755,14 +753,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def _text_field(key: str) -> str | None:
     """"text" when the dotted `key` is a str option of Config, "optional" when str | None, else None."""
-    model: Any = Config
     *sections, name = key.split(".")
-    for part in sections:
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
-            return None
-        model = field.annotation
-    field = getattr(model, "model_fields", {}).get(name)
+    field = getattr(_model_at(tuple(sections)), "model_fields", {}).get(name)
     if field is None:
         return None
     ann = field.annotation
@@ -782,20 +774,25 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+def _model_at(path: tuple[Any, ...]) -> Any:
+    """The config section at `path` (names, list indices skipped), or None where there is none."""
     model: Any = Config
-    for part in loc[:-1]:
+    for part in path:
         if isinstance(part, int):
             continue
         field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
         if field is None:
-            return []
+            return None
         ann = field.annotation
         args = getattr(ann, "__args__", None)
         if args:
             ann = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), ann)
         model = ann
-    return list(getattr(model, "model_fields", {}).keys())
+    return model
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    return list(getattr(_model_at(loc[:-1]), "model_fields", {}).keys())
 
 
 def _format_errors(err: ValidationError) -> str:

@@ -52,6 +52,7 @@ from rollwise.tracking import Tracker
 from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, best_dir, save_best_weights
 from rollwise.training.checkpoint import (
     CheckpointError,
+    checkpoint_step,
     latest_checkpoint,
     load_checkpoint_state,
     load_checkpoint_weights,
@@ -163,7 +164,7 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
                               "set, planner belief and weights were made with it. Resume without it, or start a new "
                               f"run with {key}={now.get(key)}")
     ckpt = latest_checkpoint(Path(run_dir))
-    at = int(ckpt.name.removeprefix("step_")) if ckpt is not None and ckpt.name[5:].isdigit() else 0
+    at = checkpoint_step(ckpt) if ckpt is not None else 0
     if at > cfg.train.max_steps:
         raise ConfigError(f"--resume {run_dir}: the run's last checkpoint is at step {at}, past train.max_steps="
                           f"{cfg.train.max_steps}; to train on, give a train.max_steps above {at}")

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -286,6 +287,16 @@ class ContinuousEngine(HFEngine):
         super().load_weights(state_dict, version)
         self._prefix.clear()  # prefilled KV belongs to the old weights
 
+    @contextmanager
+    def held_aside(self) -> Iterator[None]:
+        """Rows held for a later round (run_round(hold=True)) stay out of the rounds run inside, and are
+        held again afterwards: an evaluation, or a follow-up round of the same step."""
+        held, self._held = self._held, None
+        try:
+            yield
+        finally:
+            self._held = held
+
     def drop_held(self) -> None:
         """Forget the sequences held by run_round(hold=True); a later round prefills them again."""
         self._held = None
@@ -294,11 +305,8 @@ class ContinuousEngine(HFEngine):
                  ) -> list[GenerationOutput]:
         """Generate every request to completion; outputs in request order."""
         keyed = [replace(r, request_id=i) for i, r in enumerate(requests)]
-        held, self._held = self._held, None  # rows held for a later round stay out of this one
-        try:
+        with self.held_aside():
             finished, unfinished = self.run_round(keyed, generator=generator)
-        finally:
-            self._held = held
         assert not unfinished
         out = sorted(finished, key=lambda o: o.request_id or 0)
         for o, r in zip(out, requests):

@@ -18,6 +18,7 @@ the carry buffer, or the `dropped_stale` count.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -143,12 +144,8 @@ class RolloutExecutor:
             finished, unfinished = self._run(reqs, stop_when, hold=self.keep_kv)
         elif hasattr(self.engine, "run_round"):
             # a follow-up round: rows the first round held (partial_keep_kv) wait for the next step
-            held, self.engine._held = getattr(self.engine, "_held", None), None
-            try:
+            with getattr(self.engine, "held_aside", contextlib.nullcontext)():
                 finished, unfinished = self._run(reqs)
-            finally:
-                if held is not None:
-                    self.engine._held = held
         else:
             finished, unfinished = self.engine.generate(reqs), []
             for q, o in zip(reqs, finished):

@@ -45,10 +45,10 @@ class VLLMUnavailable(ModelError):
 
 def vllm_available() -> bool:
     try:
-        import vllm  # noqa: F401
-    except ImportError:
+        require_vllm()
+    except VLLMUnavailable:
         return False
-    return torch.cuda.is_available()
+    return True
 
 
 def require_vllm() -> None:

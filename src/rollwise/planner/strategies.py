@@ -90,9 +90,15 @@ BELIEF_SELECTORS, BELIEF_ALLOCATORS = ("posterior",), ("knapsack", "rank", "scre
 PART_OPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {k: reader for reader, keys in _READERS.items() for k in keys}
 
 
+def part(cfg: Any, name: str) -> str | None:
+    """The part `name` (estimator, selector, allocator, repair) a PlannerConfig's planner uses: its own
+    setting, else its strategy's."""
+    return getattr(cfg, name) or PRESETS.get(cfg.strategy, {}).get(name)
+
+
 def screen_allocator(cfg: Any) -> bool:
     """Whether a PlannerConfig's planner allocates with the screen allocator."""
-    return (cfg.allocator or PRESETS.get(cfg.strategy, {}).get("allocator")) == "screen"
+    return part(cfg, "allocator") == "screen"
 
 
 def unused_options(cfg: Any) -> str:

@@ -92,8 +92,8 @@ def _answer_line(text: str) -> str:
     return last
 
 
-def _last_line_answer(text: str) -> str:
-    raw = _answer_line(text)
+def _line_answer(raw: str) -> str:
+    """The answer in the answer line `raw` (see the module docstring)."""
     prefixed = _PREFIX.match(raw.strip(_DECORATION)) is not None
     line = _strip_decoration(raw)
     if not line.split() or len(line.split()) == 1:
@@ -106,26 +106,26 @@ def _last_line_answer(text: str) -> str:
 
 
 def answer_candidates(completion: str) -> list[str]:
-    """What a completion may be answering with: `extract_answer`, and, without a tag or box, the whole
-    answer line as well (a gold answer with words, "12 apples" or "2, 3", is compared with both)."""
-    first = extract_answer(completion)
-    if _last_tag(completion) is not None or _last_boxed(completion) is not None:
-        return [first]
-    line = _strip_decoration(_answer_line(completion))
+    """What a completion may be answering with: `extract_answer` first and, without a tag or box, the
+    whole answer line as well (a gold answer with words, "12 apples" or "2, 3", is compared with both)."""
+    marked = _last_tag(completion)
+    if marked is None:
+        marked = _last_boxed(completion)
+    if marked is not None:
+        return [_lone_number(marked)]
+    raw = _answer_line(completion)
+    first, line = _lone_number(_line_answer(raw)), _strip_decoration(raw)
     return [first, line] if line and line != first else [first]
+
+
+def _lone_number(answer: str) -> str:
+    answer = answer.strip()
+    return answer.replace(",", "") if _THOUSANDS.fullmatch(answer) else answer
 
 
 def extract_answer(completion: str) -> str:
     """The final answer in a completion, by the rule in the module docstring ('' if none)."""
-    answer = _last_tag(completion)
-    if answer is None:
-        answer = _last_boxed(completion)
-    if answer is None:
-        answer = _last_line_answer(completion)
-    answer = answer.strip()
-    if _THOUSANDS.fullmatch(answer):
-        answer = answer.replace(",", "")
-    return answer
+    return answer_candidates(completion)[0]
 
 
 def gold_answer(item: PromptItem) -> str:
@@ -201,8 +201,9 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
     len(gold)/len(answer) when the gold answer is a substring of the extracted answer.
     """
     source = (item.entry.get("metadata") or {}).get("source_dataset")
-    if not source or exact_match(completion, item):  # "3." or "$3$" for 3: the generators' scorers compare
-        return exact_match(completion, item)  # exact strings and gave those partial credit
+    matched = exact_match(completion, item)
+    if not source or matched:  # "3." or "$3$" for 3: the generators' scorers compare exact strings and gave
+        return matched  # those partial credit
     entry = item.entry if "answer" in item.entry else {**item.entry, "answer": item.answer}
     return float(_rg_scorer(source)(extract_answer(completion), entry))
 

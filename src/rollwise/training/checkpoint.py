@@ -79,6 +79,12 @@ def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
         raise CheckpointError(f"could not write the {what} to {tmp} ({why}); free disk space or {hint}") from None
 
 
+def checkpoint_step(path: Path) -> int:
+    """The step of a checkpoint folder step_NNNNNN (0 for any other folder, such as best)."""
+    digits = Path(path).name.removeprefix("step_")
+    return int(digits) if digits.isdigit() else 0
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = sorted((Path(run_dir) / "checkpoints").glob("step_*"))
     return found[-1] if found else None

@@ -112,6 +112,9 @@ def test_reasoning_gym_on_a_file_item_falls_back_to_exact_match() -> None:
     ("The answer is 3.\n\nI hope it is correct.", "3"),  # a closing sentence does not hide the answer
     ("So 2+3 = 5", "5"),
     ("Yes", "Yes"),
+    ("ANSWERED THE FACE", "ANSWERED THE FACE"),  # a word that starts with "answer" is no prefix
+    ("**ANSWERS ARE HERE**", "ANSWERS ARE HERE"),
+    ("Answer: 4", "4"),
 ])
 def test_extract_answer_reads_what_the_answer_line_says(completion: str, expected: str) -> None:
     assert extract_answer(completion) == expected
@@ -124,6 +127,20 @@ def test_extract_answer_reads_what_the_answer_line_says(completion: str, expecte
 ])
 def test_exact_match_accepts_the_forms_a_correct_answer_takes(completion: str, gold: str) -> None:
     assert exact_match(completion, item(gold)) == 1.0
+
+
+def test_multiline_gold_answers_get_a_warning_unless_the_instruction_asks_for_tags() -> None:
+    from rollwise.rewards.verifiers import multiline_answers_note
+
+    grid = PromptItem(uid="g", task="rotate_matrix", question="q", answer="3 7\n1 8")
+    items = [grid, item("12")]
+    note = multiline_answers_note(items, "", "reasoning_gym")
+    assert "rotate_matrix" in note and "data.instruction" in note
+    assert exact_match("3 7\n1 8", grid) == 0.0  # what the warning is about: only "1 8" is read
+    assert exact_match("<answer>3 7\n1 8</answer>", grid) == 1.0
+    assert multiline_answers_note(items, "Give the final answer in <answer></answer> tags.", "reasoning_gym") is None
+    assert multiline_answers_note(items, "", "rewards_for_tests:digit_share") is None  # a user function reads as it likes
+    assert multiline_answers_note([item("12")], "", "exact_match") is None
 
 
 def test_exact_match_refuses_a_wrong_number_after_the_answer_prefix() -> None:

@@ -46,7 +46,7 @@ FORMAT_MAX_CHARS = 32
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\s*(?:is)?\s*[:=]?\s*", re.IGNORECASE)
+_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\b\s*(?:is\b)?\s*[:=]?\s*", re.IGNORECASE)
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DECORATION = "*$`'\" \t"
@@ -126,6 +126,23 @@ def _lone_number(answer: str) -> str:
 def extract_answer(completion: str) -> str:
     """The final answer in a completion, by the rule in the module docstring ('' if none)."""
     return answer_candidates(completion)[0]
+
+
+LINE_READERS = ("exact_match", "reasoning_gym")
+
+
+def multiline_answers_note(items: list[PromptItem], instruction: str, reward: str) -> str | None:
+    """A warning when gold answers span several lines but nothing asks for a tag or a box: the
+    built-in verifiers (`LINE_READERS`) then read only the last line of a completion, so a correct
+    multi-line answer (a grid, a board) scores as its last line."""
+    if reward not in LINE_READERS or "<answer>" in instruction or "\\boxed" in instruction:
+        return None
+    tasks = sorted({it.task for it in items if "\n" in gold_answer(it).strip()})
+    if not tasks:
+        return None
+    return (f"the gold answers of {', '.join(tasks)} span several lines, and the {reward} verifier reads only a "
+            "completion's last line unless the answer is in <answer>...</answer> or \\boxed{...}; ask for the tags "
+            "in data.instruction (for example data.instruction=\"Give the final answer in <answer></answer> tags.\")")
 
 
 def gold_answer(item: PromptItem) -> str:

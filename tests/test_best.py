@@ -11,7 +11,7 @@ from test_e2e import _args, _train_lines
 from rollwise.cli import main
 from rollwise.config import build_config
 from rollwise.distributed.async_loop import StalenessGate
-from rollwise.training.best import BestTracker, adopt_saved_best, read_best, save_best_weights
+from rollwise.training.best import BestTracker, beats_saved_best, read_best, resume_best, save_best_weights
 from rollwise.training.checkpoint import CheckpointError
 
 
@@ -48,10 +48,36 @@ def test_best_weights_replace_the_old_only_when_complete(tmp_path, monkeypatch):
     save_best_weights(tmp_path, 6, 0.5, model)
     w = load_file(str(tmp_path / "checkpoints" / "best" / "weights.safetensors"))
     assert read_best(tmp_path)["step"] == 6 and (w["weight"] == 7.0).all()
-    # a resumed run (its checkpoint at step 4) keeps the best written at step 6 as the one to beat
-    t = BestTracker(best=0.3, best_step=2)
-    assert "step 6" in adopt_saved_best(t, tmp_path, start_step=4) and (t.best, t.best_step) == (0.5, 6)
-    assert adopt_saved_best(BestTracker(best=0.3, best_step=2), tmp_path, start_step=6) is None
+
+
+def test_a_resume_counts_the_redone_evaluations_as_the_first_time(tmp_path):
+    """Checkpoint at step 5 (best 0.5); evaluations 0.6 at step 6 and 0.7 at step 7 (saved as best);
+    killed at step 8. The redone steps 6 and 7 must count as new bests again, as they did the first
+    time: adopting the saved best into the tracker made them count toward patience 2 and stop at 7."""
+    t = BestTracker(patience=2)
+    t.observe(5, 0.5)
+    saved = t.state_dict()
+    save_best_weights(tmp_path, 7, 0.7, torch.nn.Linear(2, 2))
+    u = BestTracker(patience=2)
+    u.load_state_dict(saved)
+    note = resume_best(u, tmp_path, start_step=5, evaluated=0.5)  # step 5's row is the one the tracker counted
+    assert "step 7" in note and (u.best, u.best_step, u.since) == (0.5, 5, 0)
+    assert u.observe(6, 0.6) and u.observe(7, 0.7) and not u.should_stop
+    assert not beats_saved_best(tmp_path, 0.7) and beats_saved_best(tmp_path, 0.71)  # 0.7's weights stay as saved
+    assert resume_best(BestTracker(best=0.3, best_step=2, last_step=6), tmp_path, start_step=7, evaluated=None) is None
+
+
+def test_a_resume_counts_the_final_evaluation_written_after_the_checkpoint(tmp_path):
+    t = BestTracker(patience=3)
+    t.observe(0, 0.2)
+    t.observe(10, 0.4)  # the last evaluation the step-20 checkpoint counted; the final one (0.6) came after it
+    assert resume_best(t, tmp_path, start_step=20, evaluated=0.6) is None
+    assert (t.best, t.best_step, t.since, t.last_step) == (0.6, 20, 0, 20)
+    assert not t.observe(30, 0.55)
+    old = BestTracker(patience=3)
+    old.load_state_dict({"best": 0.4, "best_step": 10, "since": 0})  # a checkpoint from before last_step was saved
+    resume_best(old, tmp_path, start_step=20, evaluated=0.6)
+    assert (old.best, old.since) == (0.4, 0)  # cannot tell whether step 20 was counted: left as saved
 
 
 def test_patience_needs_evaluations_during_training(capsys):
@@ -104,6 +130,50 @@ def test_early_stop_keeps_the_best_and_a_resume_stays_stopped(tiny_model_dir, tm
     assert main(["eval", str(run / "checkpoints" / "best"), "run.progress=false"]) == 0
     assert main(["export", str(run / "checkpoints" / "best"), str(tmp_path / "best-hf")]) == 0
     assert (tmp_path / "best-hf" / "config.json").is_file()
+
+
+def test_resume_after_the_final_evaluation(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The final evaluation (step 2, 0.6) comes after the step-2 checkpoint. Resumed to 4 steps, the
+    run's step-4 evaluation (0.55) is no new best and must not replace step 2's saved weights."""
+    import rollwise.loop as loop
+
+    calls = _scripted(monkeypatch, loop, [0.2, 0.6, 0.55])
+    extra = ["eval.every_n_steps=2", "eval.save_best=true", "run.save_every=2"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "fin", 2, extra)]) == 0
+    run = tmp_path / "fin"
+    assert read_best(run)["step"] == 2 and len(calls) == 2
+    assert main(["train", "--resume", str(run), "train.max_steps=4"]) == 0
+    assert len(calls) == 3 and read_best(run) == {"step": 2, "metric": "eval/accuracy", "accuracy": 0.6}
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
+    assert [(r["step"], r["eval/best_accuracy"]) for r in rows] == [(0, 0.2), (2, 0.6), (4, 0.6)]
+    # the checkpoints were written by the synchronous loop: the asynchronous one cannot take them
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "train.max_steps=6", "distributed.async_training=true"]) == 2
+    assert "synchronous loop" in capsys.readouterr().err
+
+
+def test_a_final_evaluation_cut_off_is_made_on_resume(tiny_model_dir, tmp_path, monkeypatch):
+    import rollwise.loop as loop
+
+    calls = []
+
+    def fake(*a, **kw):
+        calls.append(1)
+        if len(calls) == 2:  # the final evaluation: killed while it ran
+            raise KeyboardInterrupt
+        return {"eval/accuracy": 0.25, "eval/items": 8.0}
+
+    monkeypatch.setattr(loop, "evaluate", fake)
+    main(["train", *_args(tiny_model_dir, tmp_path, "cut", 2, ["run.save_every=2"])])
+    run = tmp_path / "cut"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2] and len(calls) == 2
+    assert 2 not in [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
+                     if "eval/accuracy" in x]
+    assert main(["train", "--resume", str(run)]) == 0  # trains nothing, makes the missing evaluation
+    assert len(calls) == 3
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
+            if "eval/accuracy" in x] == [0, 2]
+    assert main(["train", "--resume", str(run)]) == 0 and len(calls) == 3  # made once
 
 
 def test_async_early_stop_checkpoints_where_it_stops(tiny_model_dir, tmp_path, monkeypatch):

@@ -47,15 +47,25 @@ from rollwise.models import (
 )
 from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
+from rollwise.rewards.verifiers import multiline_answers_note
 from rollwise.runlock import lock_run_dir
-from rollwise.tracking import Tracker
-from rollwise.training.best import METRIC, BestTracker, adopt_saved_best, best_dir, save_best_weights
+from rollwise.tracking import Tracker, read_metrics
+from rollwise.training.best import (
+    METRIC,
+    BestTracker,
+    beats_saved_best,
+    best_dir,
+    restore_interrupted_best,
+    resume_best,
+    save_best_weights,
+)
 from rollwise.training.checkpoint import (
     CheckpointError,
     checkpoint_step,
     latest_checkpoint,
     load_checkpoint_state,
     load_checkpoint_weights,
+    remove_partial_writes,
     save_checkpoint,
     set_rng_state,
 )
@@ -132,8 +142,7 @@ def set_aside_earlier_best(run_dir: Path) -> None:
     checkpoint folders are removed."""
     import shutil
 
-    for tmp in (run_dir / "checkpoints").glob(".tmp_*"):
-        shutil.rmtree(tmp, ignore_errors=True)
+    remove_partial_writes(run_dir)
     best = best_dir(run_dir)
     if best.is_dir():
         aside = best.with_name("best_earlier_start")
@@ -163,12 +172,24 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
             raise ConfigError(f"--resume cannot change {key} ({was[key]} -> {now.get(key)}): the checkpoint's training "
                               "set, planner belief and weights were made with it. Resume without it, or start a new "
                               f"run with {key}={now.get(key)}")
+    loops = [loop_kind(w) for w in (was, now)]
+    if loops[0] != loops[1]:
+        raise ConfigError(f"--resume {run_dir}: the run's checkpoints were written by the {loops[0]} loop and this "
+                          f"resume asks for the {loops[1]} one (distributed.async_training, distributed.backend); "
+                          "they save different state. Resume without changing those settings, or start a new run")
     ckpt = latest_checkpoint(Path(run_dir))
     at = checkpoint_step(ckpt) if ckpt is not None else 0
     if at > cfg.train.max_steps:
         raise ConfigError(f"--resume {run_dir}: the run's last checkpoint is at step {at}, past train.max_steps="
                           f"{cfg.train.max_steps}; to train on, give a train.max_steps above {at}")
     return cfg
+
+
+def loop_kind(leaves: dict[str, Any]) -> str:
+    """Which training loop a config's flat keys select: the synchronous one, or the asynchronous one
+    (distributed.async_training, or Ray rollout workers)."""
+    ray = leaves.get("distributed.backend", "local") == "ray"
+    return "asynchronous" if leaves.get("distributed.async_training", False) or ray else "synchronous"
 
 
 # Settings a checkpoint's state depends on: the training set (data.*, and run.seed, which draws it),
@@ -286,6 +307,9 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     runner = RewardRunner(cfg.reward)
     try:
         train_items, eval_items = build_items(cfg.data, cfg.run.seed)
+        note = multiline_answers_note(train_items + eval_items, cfg.data.instruction, cfg.reward.functions[0].name)
+        if note:
+            print(f"rollwise: warning: {note}", file=sys.stderr)
         path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
         tokenizer = load_tokenizer(path)
         train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
@@ -346,8 +370,10 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         run.state, run.checkpoint = state, ckpt
         # a trainer that ran as a Ray actor saved its own RNG in "rng" and this process's in "driver_rng"
         set_rng_state(state["extra"].get("driver_rng", state["rng"]))
-        note = adopt_saved_best(run.best, run_dir, run.start_step) if cfg.eval.save_best else None
-        if note:
+        restore_interrupted_best(run_dir)
+        remove_partial_writes(run_dir)
+        note = resume_best(run.best, run_dir, run.start_step, evaluated_at(run_dir, run.start_step))
+        if note and cfg.eval.save_best:
             print(f"rollwise: {note}", file=sys.stderr)
     if resume:  # the checkpoint took the config: now config.yaml may say so
         write_config(run_dir, cfg)
@@ -379,12 +405,27 @@ def run_eval(run: Run, step: int, save_best: Callable[[int, float], None] | None
     if m:
         m["time/eval_s"] = time.perf_counter() - te
         if METRIC in m:
-            if run.best.observe(step, m[METRIC]) and cfg.eval.save_best:
+            if run.best.observe(step, m[METRIC]) and cfg.eval.save_best and beats_saved_best(run.run_dir, m[METRIC]):
                 (save_best or (lambda s, a: save_best_weights(run.run_dir, s, a, run.model)))(step, m[METRIC])
             m.update(run.best.metrics())
         run.tracker.log(step, m)
         run.last_eval = (step, m)
     return m
+
+
+def evaluated_at(run_dir: Path, step: int) -> float | None:
+    """The held-out accuracy metrics.jsonl holds for `step` (None when that step has no evaluation)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = read_metrics(run_dir, warn=False) if path.is_file() else []
+    return next((float(r[METRIC]) for r in reversed(rows) if r.get("step") == step and METRIC in r), None)
+
+
+def final_eval_due(run: Run, last_step: int) -> bool:
+    """eval.at_end's evaluation is due after training, and on a resume that trains nothing when the
+    run was stopped before its final evaluation was written (the checkpoint comes first)."""
+    if not run.cfg.eval.at_end or last_step == 0:
+        return False
+    return last_step > run.start_step or evaluated_at(run.run_dir, last_step) is None
 
 
 def final_eval(run: Run, last_step: int, save_best: Callable[[int, float], None] | None = None) -> dict[str, float]:
@@ -656,7 +697,7 @@ def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
     if last_step > run.start_step:  # a resumed run that trained nothing has said why already
         say_budget_stop(run.cfg, last_step, run.totals["tokens"])
-    if run.cfg.eval.at_end and last_step > run.start_step:  # the async loop's own final evaluation is reused
+    if final_eval_due(run, last_step):  # the async loop's own final evaluation is reused
         run.result.eval_after = final_eval(run, last_step)
     run.tracker.close()
     run.runner.close()

@@ -38,6 +38,7 @@ from rollwise.loop import (
     RunResult,
     budget_span,
     final_eval,
+    final_eval_due,
     finish,
     is_checkpoint_step,
     is_eval_step,
@@ -227,7 +228,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             if done:
                 last_step = step + 1
                 break
-        if cfg.eval.at_end and last_step > run.start_step:  # while the trainer is still there to save a best
+        if final_eval_due(run, last_step):  # while the trainer is still there to save a best
             load_eval_weights()
             run.result.eval_after = final_eval(run, last_step, save_best)
     finally:

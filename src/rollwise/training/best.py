@@ -38,9 +38,11 @@ class BestTracker:
     best: float | None = None
     best_step: int | None = None
     since: int = 0
+    last_step: int | None = None  # the step of the last evaluation counted
 
     def observe(self, step: int, accuracy: float) -> bool:
         """Count one evaluation; True when it is a new best (the first one always is)."""
+        self.last_step = step
         if self.best is None or accuracy > self.best + self.min_delta:
             self.best, self.best_step, self.since = accuracy, step, 0
             return True
@@ -59,10 +61,11 @@ class BestTracker:
         return {"eval/best_accuracy": float(self.best or 0.0), "eval/evals_since_best": float(self.since)}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_step": self.best_step, "since": self.since}
+        return {"best": self.best, "best_step": self.best_step, "since": self.since, "last_step": self.last_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_step, self.since = state["best"], state["best_step"], state["since"]
+        self.last_step = state.get("last_step", -1)  # -1: a checkpoint from before last_step was saved
 
 
 def best_dir(run_dir: Path) -> Path:
@@ -98,12 +101,32 @@ def save_best_weights(run_dir: Path, step: int, accuracy: float, model: torch.nn
     return final
 
 
-def adopt_saved_best(tracker: BestTracker, run_dir: Path, start_step: int) -> str | None:
-    """On resume: a best saved after the checkpoint the run resumes from (its steps are redone)
-    holds weights that were really evaluated, so it stays the best to beat. Returns a note then."""
+def beats_saved_best(run_dir: Path, accuracy: float) -> bool:
+    """Whether `accuracy` beats the best saved on disk (or none is saved). A resumed run redoes the
+    steps after its checkpoint; a best saved in them before the interruption holds weights that were
+    really evaluated, so only a better evaluation replaces it."""
     saved = read_best(run_dir)
-    if not saved or saved["step"] <= start_step or (tracker.best is not None and saved["accuracy"] <= tracker.best):
+    return saved is None or accuracy > float(saved["accuracy"])
+
+
+def resume_best(tracker: BestTracker, run_dir: Path, start_step: int, evaluated: float | None) -> str | None:
+    """On resume, bring the checkpoint's tracker to where the run stood at `start_step`: the final
+    evaluation runs after the last checkpoint is written, so an evaluation the metrics hold at
+    `start_step` (`evaluated`) that the tracker has not counted is counted now. The tracker is
+    otherwise kept as saved, so the evaluations of the redone steps count as they did the first time
+    (early stopping stops where the uninterrupted run would have). Returns a note when a best saved
+    after the checkpoint is kept."""
+    if evaluated is not None and tracker.last_step not in (start_step, -1):
+        tracker.observe(start_step, evaluated)
+    saved = read_best(run_dir)
+    if not saved or saved["step"] <= start_step:
         return None
-    tracker.best, tracker.best_step = float(saved["accuracy"]), int(saved["step"])
     return (f"keeping {best_dir(run_dir)} (step {saved['step']}, {METRIC} {saved['accuracy']:.3f}), evaluated "
-            f"before the run was interrupted; it stays the best to beat")
+            f"before the run was interrupted; only a better evaluation replaces it")
+
+
+def restore_interrupted_best(run_dir: Path) -> None:
+    """A run killed between the two renames of `save_best_weights` has only `.old_best`, which is whole."""
+    ckdir = Path(run_dir) / "checkpoints"
+    if (ckdir / ".old_best").is_dir() and not (ckdir / "best").exists():
+        os.replace(ckdir / ".old_best", ckdir / "best")

@@ -55,7 +55,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    for old in sorted(ckdir.glob("step_*"))[:-keep]:
+    for old in sorted(ckdir.glob("step_*"), key=checkpoint_step)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -86,8 +86,15 @@ def checkpoint_step(path: Path) -> int:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted((Path(run_dir) / "checkpoints").glob("step_*"))
+    found = sorted((Path(run_dir) / "checkpoints").glob("step_*"), key=checkpoint_step)
     return found[-1] if found else None
+
+
+def remove_partial_writes(run_dir: Path) -> None:
+    """Remove the half-written folders (`.tmp_*`, a full copy of the weights each) that a run killed
+    while saving leaves behind."""
+    for tmp in (Path(run_dir) / "checkpoints").glob(".tmp_*"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _damaged(path: Path, name: str, e: BaseException) -> CheckpointError:

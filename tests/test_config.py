@@ -345,6 +345,14 @@ def test_every_planner_option_is_general_or_names_the_parts_that_read_it() -> No
     assert set(PlannerConfig.model_fields) == general | set(PART_OPTIONS)
 
 
+def test_async_staleness_without_a_correction_is_named():
+    got = unused_settings(load_config(None, ["distributed.async_training=true"]))
+    assert len(got) == 1 and "algo.offpolicy_correction=recompute trains every token as on-policy" in got[0]
+    assert unused_settings(load_config(None, ["distributed.async_training=true",
+                                              "algo.offpolicy_correction=decoupled"])) == []
+    assert unused_settings(load_config(None, ["distributed.async_training=true", "distributed.max_staleness=0"])) == []
+
+
 def test_settings_of_features_left_off_are_named():
     assert unused_settings(load_config()) == []
     for path in Path(__file__).parents[1].glob("configs/*.yaml"):  # shipped configs set nothing they do not use
@@ -364,13 +372,15 @@ def test_settings_of_features_left_off_are_named():
         "distributed.worker_threads=2", "eval.at_start=false", "eval.at_end=false", "eval.save_best=true"]))
     assert [line.split("=")[0] for line in got] == [
         "model.cache_dir", "model.lora.r", "data.system_prompt", "rollout.prompts_per_step", "rollout.batch_size",
-        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "distributed.worker_threads", "eval.save_best"]
+        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "distributed.worker_threads", "eval.save_best",
+        "distributed.max_staleness"]  # async with the default correction: stale tokens trained as on-policy
     assert got[1] == "model.lora.r=4 has no effect: it is read only with model.lora.enabled=true"
     assert unused_settings(load_config(None, ["model.lora.enabled=true", "model.lora.r=4", "model.cache_dir=/tmp/c",
                                               "data.system_prompt=hi", "rollout.prompts_per_step=4",
                                               "rollout.batch_size=16", "algo.scale_rewards=none", "algo.dual_clip=3",
                                               "eval.save_best=true", "distributed.backend=ray",
-                                              "distributed.worker_threads=2"])) == []
+                                              "distributed.worker_threads=2",
+                                              "algo.offpolicy_correction=decoupled"])) == []
 
 
 def test_evaluation_options_without_an_evaluation_are_named():
@@ -403,7 +413,8 @@ def test_settings_read_only_in_narrower_setups_are_named():
     assert unused_settings(load_config(None, [keep, "distributed.backend=ray"]))[0].startswith(
         "rollout.partial_keep_kv=True has no effect: it is read only with rollout.engine=continuous")
     assert unused_settings(load_config(None, [keep, "distributed.async_training=true", "rollout.engine=vllm"])) != []
-    assert unused_settings(load_config(None, [keep, "distributed.async_training=true"])) == []
+    assert unused_settings(load_config(None, [keep, "distributed.async_training=true",
+                                              "algo.offpolicy_correction=decoupled"])) == []
     assert unused_settings(load_config(None, [keep, "rollout.partial_rollouts=true"])) == []
     # a decay that would start after the run's last update
     got = unused_settings(load_config(None, ["train.lr_scheduler=cosine", "train.max_steps=4", "train.warmup_steps=4"]))

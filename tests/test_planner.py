@@ -579,9 +579,21 @@ def test_metrics_effective_ratio_and_brier() -> None:
     m = pl.metrics()
     assert m["planner/effective_ratio"] == 0.5 and m["planner/all_wrong_share"] == 0.5
     # window means before the step: a = 1, b = 0; observed .5 and 0
-    assert m["planner/brier"] == pytest.approx((0.25 + 0.0) / 2)
+    assert m["planner/brier"] == m["planner/brier_seen"] == pytest.approx((0.25 + 0.0) / 2)
     assert m["rollout/rollouts"] == 8 and m["rollout/tokens"] == 80
     assert m["planner/samples_per_prompt"] == [4, 4] and m["planner/samples_per_prompt_mean"] == 4
+
+
+def test_brier_scores_unseen_prompts_by_their_prior() -> None:
+    """The default job visits each prompt about once: a Brier score over revisited prompts alone was
+    never logged there. Unseen prompts are predicted by the estimator's prior mean (0.5 for a window)."""
+    pl = make("uniform", uids=["a", "b", "c"], pps=2, n=4)
+    run_step(pl, lambda u, r, k: float(u == "a"))  # first visits: a 4/4 (0.5 vs 1), b 0/4 (0.5 vs 0)
+    m = pl.metrics()
+    assert m["planner/brier"] == pytest.approx(0.25) and "planner/brier_seen" not in m
+    run_step(pl, lambda u, r, k: float(k < 2))  # c unseen (0.5 vs 0.5) and a seen (1 vs 0.5), or b
+    m = pl.metrics()
+    assert m["planner/brier"] == pytest.approx((0.0 + 0.25) / 2) and m["planner/brier_seen"] == pytest.approx(0.25)
 
 
 def test_token_budget_converts_and_carries() -> None:

@@ -519,7 +519,12 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     kind, data = panels["share of rollouts per task"]
     assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
     assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
-    assert "planner/brier" not in panels  # no panel for a metric the run never logged
+    assert "estimator's Brier score" not in panels  # no panel for a metric the run never logged
+    assert panels["effective ratio"] == ("line", [("of rollouts generated", [(1, 0.5)])])
+    hist[1].update({"planner/brier": 0.2, "planner/effective_ratio_trained": 0.6})
+    both = {title: data for title, _, data in panels_of(hist)}
+    assert both["estimator's Brier score"] == [("every prompt rolled out", [(1, 0.2)])]
+    assert [label for label, _ in both["effective ratio"]] == ["of rollouts generated", "of samples trained"]
     assert panels["prompts trained with a gradient (cumulative)"] == ("line", [("", [(1, 3.0)])])
     assert panels["gradient groups on prompts trained before"] == ("line", [("", [(1, 0.5)])])
     assert "solve rate on prompts never rolled out before" not in panels  # a run without rollout/groups

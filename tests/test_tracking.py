@@ -41,11 +41,15 @@ def test_tensorboard_gets_the_finite_scalars_and_metrics_jsonl_everything(tmp_pa
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     t = Tracker(tmp_path)
-    t.log(1, {"loss/policy": 0.5, "train/grad_norm": float("nan"), "rollout/groups": [[1, 0]], "train/sequences": 8})
+    t.log(1, {"loss/policy": 0.5, "train/grad_norm": float("nan"), "rollout/groups": [[1, 0]], "train/sequences": 8,
+              "planner/samples_per_prompt": [2, 8, 8]})
     t.close()
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
     assert set(acc.Tags()["scalars"]) == {"loss/policy", "train/sequences"}
+    assert acc.Tags()["histograms"] == ["planner/samples_per_prompt"]
+    h = acc.Histograms("planner/samples_per_prompt")[0].histogram_value
+    assert (h.min, h.max, h.num, h.sum) == (2.0, 8.0, 3.0, 18.0)
     row = json.loads((tmp_path / "metrics.jsonl").read_text())
     assert row["rollout/groups"] == [[1, 0]] and row["train/sequences"] == 8.0 and row["train/grad_norm"] != 0
 

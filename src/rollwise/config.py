@@ -702,6 +702,11 @@ def unused_settings(cfg: Config) -> list[str]:
     if len(tasks) == 1 and tasks[0].weight != 1.0:
         out.append(f"data.tasks[0].weight={tasks[0].weight} has no effect: a weight is a task's share of a mixture, and "
                    "this one has a single task")
+    d = cfg.distributed
+    if (d.async_training or d.backend == "ray") and d.max_staleness > 0 and cfg.algo.offpolicy_correction == "recompute":
+        out.append(f"distributed.max_staleness={d.max_staleness} lets batches be sampled up to {d.max_staleness} "
+                   "versions before the trainer's weights, and algo.offpolicy_correction=recompute trains every token "
+                   "as on-policy; set algo.offpolicy_correction=decoupled (or tis) to correct for it")
     rewards = cfg.reward.functions
     if all(":" not in r.name for r in rewards):  # built-in functions score in [0, 1]; a user's may not
         top = sum(max(r.weight, 0.0) for r in rewards)

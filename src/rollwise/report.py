@@ -25,9 +25,14 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
                        ("eval/truncated_frac", "held-out answers cut at the length cap")):
         if any(key in h for h in evals):
             out.append((title, "line", [("", [(h["step"], h[key]) for h in evals if key in h])]))
-    for key in ("planner/effective_ratio", "rollout/frac_zero_std_groups", "planner/brier"):
-        if any(key in h for h in steps):
-            out.append((key, "line", [("", series(key))]))
+    for title, keys in (("effective ratio", (("of rollouts generated", "planner/effective_ratio"),
+                                              ("of samples trained", "planner/effective_ratio_trained"))),
+                        ("rollout/frac_zero_std_groups", (("", "rollout/frac_zero_std_groups"),)),
+                        ("estimator's Brier score", (("every prompt rolled out", "planner/brier"),
+                                                     ("prompts seen before", "planner/brier_seen")))):
+        lines = [(label, series(key)) for label, key in keys if any(key in h for h in steps)]
+        if lines:
+            out.append((title, "line", lines))
     if any("planner/all_wrong_share" in h for h in steps):
         out.append(("groups with equal rewards", "line", [("all wrong", series("planner/all_wrong_share")),
                                                          ("all correct", series("planner/all_correct_share"))]))

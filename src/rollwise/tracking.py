@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 class StorageError(RuntimeError):
     """A run's files could not be written (usually a full disk); the message says what to do."""
@@ -26,6 +28,9 @@ def _parse(text: str) -> tuple[list[tuple[str, dict[str, Any]]], int]:
         except json.JSONDecodeError:
             bad += 1
     return rows, bad
+
+
+HISTOGRAMS = ("planner/samples_per_prompt",)  # list-valued metrics TensorBoard shows as a histogram
 
 
 class Tracker:
@@ -55,6 +60,8 @@ class Tracker:
                 for k, v in clean.items():
                     if isinstance(v, float) and math.isfinite(v):
                         self.writer.add_scalar(k, v, step)
+                    elif k in HISTOGRAMS and v:
+                        self.writer.add_histogram(k, np.asarray(v, dtype=float), step)
                 self.writer.flush()
         except OSError as e:
             raise StorageError(

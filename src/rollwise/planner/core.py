@@ -163,8 +163,10 @@ class ComposedPlanner:
             if n <= 0:
                 continue
             st.groups[uid] = Group(uid, int(i))
-            if s:
+            if uid not in st.predicted:  # a follow-up round's request keeps the step's first prediction
                 st.predicted[uid] = float(m)
+                if s:
+                    st.seen_before.add(uid)
             reqs.append(Request(uid, int(n)))
         for r in reqs:
             st.groups[r.uid].requested += r.n
@@ -284,10 +286,13 @@ class ComposedPlanner:
             tasks[t] = tasks.get(t, 0) + g.n
         if len(tasks) > 1 or "" not in tasks:  # prompts with tasks (uids "<task>:...")
             m.update({f"planner/task_share/{t}": v / max(generated, 1) for t, v in sorted(tasks.items())})
-        scored = [(st.predicted[g.uid], g.successes / g.n) for g in groups if g.uid in st.predicted]
-        if scored:
-            pred, obs = np.array(scored).T
-            m["planner/brier"] = float(np.mean((pred - obs) ** 2))
+        # the estimator's mean before the step against the solve rate the step saw: every prompt rolled
+        # out (an unseen one is predicted by its prior), and those it had observed before
+        for key, keep in (("planner/brier", lambda u: True), ("planner/brier_seen", st.seen_before.__contains__)):
+            scored = [(st.predicted[g.uid], g.successes / g.n) for g in groups if g.uid in st.predicted and keep(g.uid)]
+            if scored:
+                pred, obs = np.array(scored).T
+                m[key] = float(np.mean((pred - obs) ** 2))
         m.update(self.selector.metrics())
         m.update(self.allocator.metrics())
         return m

@@ -54,7 +54,8 @@ class StepState:
     rounds: int = 0
     selector_rounds: int = 1
     target_prompts: int = 0
-    predicted: dict[str, float] = field(default_factory=dict)  # estimator mean before the step
+    predicted: dict[str, float] = field(default_factory=dict)  # estimator mean before the step (the prior if unseen)
+    seen_before: set[str] = field(default_factory=set)  # prompts with observations before the step
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
 

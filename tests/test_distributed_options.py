@@ -5,21 +5,29 @@ the workers is tested in test_async.py."""
 import sys
 import types
 
-from rollwise.config import build_config
-from rollwise.distributed.pool import RolloutPool, init_ray
+import pytest
+import ray.exceptions  # the real module: the stand-in `ray` below has no exceptions of its own
+
+from rollwise.config import build_config, load_config, unused_settings
+from rollwise.distributed.pool import RolloutPool, init_ray, ray_get
 from rollwise.distributed.worker import WorkerSpec
+from rollwise.errors import RolloutWorkerError
 
 
 class _Handle:
     def __init__(self):
+        from rollwise.engine.executor import RoundOutput
+
         self.ping = types.SimpleNamespace(remote=lambda: 0)
+        self.generate = types.SimpleNamespace(
+            remote=lambda parts, first: (RoundOutput({}, {}), {"tokens": 3, "incarnation": 0}))
 
 
 def _fake_ray(calls):
     ray = types.ModuleType("ray")
     ray.is_initialized = lambda: False
     ray.init = lambda **kw: calls.append(("init", kw))
-    ray.get = lambda refs: list(refs)
+    ray.get = lambda refs, timeout=None: calls.append(("get", timeout)) or list(refs)
 
     def remote(cls):
         def options(**kw):
@@ -45,13 +53,42 @@ def test_worker_threads_and_gpus_are_what_ray_reserves_per_worker(monkeypatch):
     calls = []
     monkeypatch.setitem(sys.modules, "ray", _fake_ray(calls))
     cfg = build_config({"distributed": {"backend": "ray", "worker_threads": 3, "worker_gpus": 0.25,
-                                        "max_worker_restarts": 5, "rollout_workers": 2}})
+                                        "max_worker_restarts": 5, "rollout_workers": 2, "worker_timeout": 42}})
     spec = WorkerSpec(cfg, "model", [0], 0, {}, seed=11)
     pool = RolloutPool(spec, store=None, backend="ray", num_workers=2)
     options = [kw for what, kw in calls if what == "options"]
     assert options == [{"num_cpus": 3, "num_gpus": 0.25, "max_restarts": 5, "max_task_retries": -1}]
     assert [seed for what, seed in calls if what == "actor"] == [11, 11 + 7919]  # each worker its own seed
     assert len(pool.workers) == 2
+    from rollwise.planner.base import Request
+
+    pool.generate([Request("a", 2), Request("b", 2)])
+    assert calls[-1] == ("get", 42.0) and pool.step_tokens() == 6  # distributed.worker_timeout bounds a round
+
+
+def test_a_dead_or_silent_ray_actor_is_an_error_that_says_how_to_resume():
+    def dead():
+        raise ray.exceptions.ActorDiedError()
+
+    def silent():
+        raise ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")
+
+    with pytest.raises(RolloutWorkerError, match=r"^the trainer died \(The actor died unexpectedly.*--resume RUN_DIR"):
+        ray_get(dead, "the trainer")
+    with pytest.raises(RolloutWorkerError, match=r"did not answer in time.*worker_timeout=30 bounds it\. Resume"):
+        ray_get(silent, "a rollout worker", "distributed.worker_timeout=30 bounds it. ")
+    assert ray_get(lambda: 5, "x") == 5
+
+
+def test_worker_options_warn_where_they_do_nothing():
+    got = unused_settings(load_config(None, ["distributed.worker_gpus=0.5", "distributed.backend=ray",
+                                             "algo.offpolicy_correction=decoupled"]))
+    assert got == ["distributed.worker_gpus=0.5 has no effect: it is read only with distributed.backend=ray and a GPU "
+                   "engine (model.device=cuda or rollout.engine=vllm)"]
+    assert unused_settings(load_config(None, ["distributed.worker_gpus=0.5", "distributed.backend=ray",
+                                              "model.device=cuda", "algo.offpolicy_correction=decoupled"])) == []
+    assert unused_settings(load_config(None, ["distributed.worker_timeout=60"]))[0].startswith(
+        "distributed.worker_timeout=60.0 has no effect")
 
 
 def test_vllm_gets_its_memory_share_and_context_length(monkeypatch):

@@ -498,6 +498,10 @@ class DistributedConfig(_Section):
     max_worker_restarts: int = Field(
         3, ge=0, description="backend=ray: times Ray restarts a rollout worker that died (its interrupted call runs "
         "again, nothing is lost); one more death stops the run with an error (resume from the last checkpoint).")
+    worker_timeout: float | None = Field(
+        None, gt=0, description="backend=ray: seconds one round of generation may take on the rollout workers before "
+        "the run stops with an error that says how to resume (None = wait as long as it takes; a worker that hangs "
+        "then hangs the run).")
     worker_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per rollout worker (backend=ray; a fraction "
                                "lets workers share a GPU with each other or the trainer).")
     weight_sync_tokens: int = Field(
@@ -662,7 +666,10 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                    "distributed.backend=ray (local workers are threads of this process)"),
     "distributed.ray_address": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "distributed.max_worker_restarts": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
-    "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
+    "distributed.worker_gpus": (lambda c: c.distributed.backend == "ray" and (c.model.device == "cuda"
+                                                                               or c.rollout.engine == "vllm"),
+                                "distributed.backend=ray and a GPU engine (model.device=cuda or rollout.engine=vllm)"),
+    "distributed.worker_timeout": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
     "planner.seed": (_planner_draws, "a planner with random choices: selector skip or posterior, or the screen "
                      "allocator with an estimator other than irt"),

@@ -28,7 +28,7 @@ from typing import Any
 
 from rollwise.config import Config
 from rollwise.distributed.learner import Learner, TrainerActor
-from rollwise.distributed.pool import RolloutPool, init_ray, unwrap_remote_error
+from rollwise.distributed.pool import RolloutPool, init_ray, ray_get
 from rollwise.distributed.store import LocalWeightStore, RayWeightStore
 from rollwise.distributed.worker import WorkerSpec
 from rollwise.engine.factory import engine_dtype
@@ -144,8 +144,9 @@ def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
                                              num_gpus=1 if cfg.model.device == "cuda" else 0)
     handle = actor.remote(cfg, run.model_path, run.tokenizer.pad_token_id, store, str(run.run_dir),
                           str(run.checkpoint) if run.checkpoint else None, run.state["rng"] if run.state else None)
-    ray.get(handle.ready.remote())
-    return handle, lambda method, *args: unwrap_remote_error(lambda: ray.get(getattr(handle, method).remote(*args)))
+    what = "the trainer (a Ray actor: killed by the OS for memory?)"
+    ray_get(lambda: ray.get(handle.ready.remote()), what)
+    return handle, lambda method, *args: ray_get(lambda: ray.get(getattr(handle, method).remote(*args)), what)
 
 
 def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:

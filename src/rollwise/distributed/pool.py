@@ -50,6 +50,24 @@ def unwrap_remote_error(get: Any) -> Any:
         raise
 
 
+RAY_LOGS = "Ray's logs are under /tmp/ray/session_latest/logs"
+
+
+def ray_get(get: Any, what: str, hint: str = "") -> Any:
+    """`unwrap_remote_error(get)`, with a dead Ray actor (killed by the OS for memory, or dead past its
+    restarts) or a call past its timeout turned into a RolloutWorkerError that names `what` and says
+    how to go on (`hint` first, then the resume)."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    try:
+        return unwrap_remote_error(get)
+    except (RayActorError, GetTimeoutError) as e:
+        why = "did not answer in time" if isinstance(e, GetTimeoutError) else "died"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise RolloutWorkerError(f"{what} {why} ({first}). {hint}Resume from the last checkpoint (rollwise train "
+                                 f"--resume RUN_DIR); {RAY_LOGS}") from None
+
+
 class RolloutPool:
     def __init__(self, spec: WorkerSpec, store: Any, backend: str = "local", num_workers: int = 1) -> None:
         self.backend = backend
@@ -57,6 +75,7 @@ class RolloutPool:
         self.carried: dict[str, Any] = {}  # workers carry nothing across steps (no partial rollouts yet)
         self.restarts = 0
         self.workers_restarts_allowed = spec.cfg.distributed.max_worker_restarts
+        self.round_timeout = spec.cfg.distributed.worker_timeout
         self._tokens = 0
         self._rounds = 0  # rounds this batch (the workers run each round in parallel)
         self._stats: list[dict[str, Any]] = []
@@ -68,7 +87,8 @@ class RolloutPool:
             actor = ray.remote(RolloutWorker).options(num_cpus=d.worker_threads, num_gpus=d.worker_gpus,
                                                       max_restarts=d.max_worker_restarts, max_task_retries=-1)
             self.workers = [actor.remote(s, store) for s in specs]
-            self._incarnations = ray.get([w.ping.remote() for w in self.workers])
+            self._incarnations = ray_get(lambda: ray.get([w.ping.remote() for w in self.workers]),
+                                         "a rollout worker, starting,")
         else:
             self.workers = [RolloutWorker(replace(s, set_threads=False), store) for s in specs]
             self._incarnations = [w.incarnation for w in self.workers]
@@ -84,15 +104,11 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            try:
-                results = unwrap_remote_error(
-                    lambda: ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy]))
-            except ray.exceptions.ActorDiedError as e:
-                raise RolloutWorkerError(
-                    f"a rollout worker died more than distributed.max_worker_restarts="
-                    f"{self.workers_restarts_allowed} times; its last error: {str(e).splitlines()[0]}. Resume from the "
-                    "last checkpoint (rollwise train --resume RUN_DIR); Ray's logs are under /tmp/ray/session_latest/logs"
-                ) from None
+            timeout = self.round_timeout
+            results = ray_get(
+                lambda: ray.get([self.workers[i].generate.remote(parts[i], first_round) for i in busy], timeout=timeout),
+                "a rollout worker", f"(Ray restarts a worker up to distributed.max_worker_restarts="
+                f"{self.workers_restarts_allowed} times; distributed.worker_timeout={timeout} bounds a round.) ")
         else:
             results = [self.workers[i].generate(parts[i], first_round) for i in busy]
         out = RoundOutput({}, {})
@@ -123,7 +139,8 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            return {"workers": unwrap_remote_error(lambda: ray.get([w.state_dict.remote() for w in self.workers]))}
+            return {"workers": ray_get(lambda: ray.get([w.state_dict.remote() for w in self.workers]),
+                                       "a rollout worker, asked for its state for the checkpoint,")}
         return {"workers": [w.state_dict() for w in self.workers]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -133,7 +150,8 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            unwrap_remote_error(lambda: ray.get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)]))
+            ray_get(lambda: ray.get([w.load_state_dict.remote(s) for w, s in zip(self.workers, states)]),
+                    "a rollout worker, loading the checkpoint's state,")
         else:
             for w, s in zip(self.workers, states):
                 w.load_state_dict(s)

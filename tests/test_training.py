@@ -565,3 +565,25 @@ def test_a_lora_policy_reaches_the_engine_as_merged_weights_under_the_base_names
     assert set(sd) <= set(got), set(sd) - set(got)
     bad = [k for k in sd if not torch.equal(got[k].float(), sd[k])]
     assert not bad, bad
+
+
+def test_the_gpu_rng_travels_in_checkpoints_where_there_is_one(monkeypatch):
+    """LoRA dropout on a GPU draws from the CUDA generator: rng_state saves it and set_rng_state puts it
+    back (stand-in torch.cuda functions; this machine has no GPU)."""
+    from rollwise.training.checkpoint import rng_state, set_rng_state
+
+    held = {"state": [torch.tensor([1, 2], dtype=torch.uint8)]}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: list(held["state"]))
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda s: held.update(state=list(s)))
+    saved = rng_state()
+    assert saved["cuda"][0].tolist() == [1, 2]
+    held["state"] = [torch.tensor([9, 9], dtype=torch.uint8)]
+    set_rng_state(saved)
+    assert held["state"][0].tolist() == [1, 2]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # another machine: left as it is
+    held["state"] = [torch.tensor([9, 9], dtype=torch.uint8)]
+    set_rng_state(saved)
+    assert held["state"][0].tolist() == [9, 9]

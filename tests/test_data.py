@@ -284,3 +284,33 @@ def test_the_default_mixtures_gold_answers_are_the_true_results() -> None:
         assert str(truth) == it.answer, (it.task, q, it.answer)
         checked[it.task] += 1
     assert set(checked) == {"chain_sum", "products", "basic_arithmetic", "gcd", "lcm"} and min(checked.values()) > 100
+
+
+def test_basic_arithmetic_items_whose_gold_answer_is_wrong_are_left_out(caplog) -> None:
+    """reasoning-gym 0.1.25 ignores operator precedence without parentheses ("985 + 384 * 129" ->
+    176601) and rounds divisions: those items are left out with a warning, the rest kept."""
+    from fractions import Fraction
+
+    from rollwise.config import TaskSpec
+    from rollwise.data.tasks import arithmetic_truth, wrong_gold
+
+    assert arithmetic_truth("basic_arithmetic", "Calculate 985 + 384 * 129.") == 50521
+    assert arithmetic_truth("basic_arithmetic", "Calculate -1 / -( -( -( -2 - 9 ) ) + -3 + -13 ).") == Fraction(-1, 27)
+    assert arithmetic_truth("basic_arithmetic", "Calculate 3 / ( 2 - 2 ).") is None
+    assert arithmetic_truth("chain_sum", "Calculate 1 + 2.") is None
+    assert wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 985 + 384 * 129.", "176601"))
+    assert not wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 985 + 384 * 129.", "50521"))
+    assert wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 3 / ( 2 - 2 ).", "0"))
+    assert not wrong_gold(PromptItem("u", "chain_sum", "Calculate 1 + 2.", "4"))  # other tasks are not checked here
+
+    spec = TaskSpec(name="basic_arithmetic", params={"min_terms": 3, "max_terms": 4, "allow_parentheses": False,
+                                                     "operators": ["+", "-", "*"]})
+    cfg = DataConfig(tasks=[spec], train_size=200, eval_size=50)
+    with caplog.at_level("WARNING"):
+        train, evals = build_items(cfg, seed=0)
+    assert len(train) == 200 and len(evals) == 50
+    assert all(Fraction(it.answer) == arithmetic_truth(it.task, it.question) for it in train + evals)
+    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert len(said) == 2 and "operator precedence" in said[0]
+    left_out = [int(m.split(": ")[1].split(" of ")[0]) for m in said]  # held-out, then training
+    assert left_out[0] >= 5 and left_out[1] >= 40  # about a third of these items are wrong

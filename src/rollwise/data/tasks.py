@@ -20,18 +20,28 @@ Training rows whose question is held out are dropped. A prompt cell may be a con
 list of {role, content} messages): its last user message is the question. `entry` is {"question", "answer"}, so
 the reasoning_gym reward scores file items with `exact_match`.
 
+reasoning-gym's basic_arithmetic gives some items a gold answer that is not the value of the
+expression in their question (0.1.25: with allow_parentheses=false it ignores operator precedence,
+"985 + 384 * 129" -> 176601, and divisions come out rounded or rewritten). Each basic_arithmetic
+item's expression is evaluated exactly (`arithmetic_truth`); items whose gold answer differs are
+left out, counted in a warning.
+
 uids: "<task>:<split>:<index>" (reasoning-gym index, or row number in the file); a task name
 used twice gets "#2", "#3" in the uid. Train items are shuffled by seed; eval keeps task order.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import hashlib
 import logging
 import math
+import operator
 import random
+import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +107,52 @@ def _rg_dataset(task: TaskSpec, size: int, seed: int) -> Any:
         raise ConfigError(f"data.tasks['{task.name}'].params {task.params}: {type(e).__name__}: {e}") from None
 
 
+_CALCULATE = re.compile(r"^Calculate ([\d\s+\-*/().]+?)\.?$")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _exact(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _exact(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        return _OPS[type(node.op)](_exact(node.left), _exact(node.right))
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
+
+
+def arithmetic_truth(task_name: str, question: str) -> Fraction | None:
+    """The exact value of a basic_arithmetic question's expression ("Calculate 985 + 384 * 129."),
+    with the usual operator precedence; None for other tasks, other wordings, and division by zero."""
+    m = _CALCULATE.match(question.strip()) if task_name == "basic_arithmetic" else None
+    if m is None:
+        return None
+    try:
+        return _exact(ast.parse(m.group(1), mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def wrong_gold(item: PromptItem) -> bool:
+    """The item's gold answer is not the value its question's expression has (`arithmetic_truth`)."""
+    truth = arithmetic_truth(item.task, item.question)
+    if truth is None:
+        return _CALCULATE.match(item.question.strip()) is not None and item.task == "basic_arithmetic"
+    try:
+        return Fraction(item.answer.strip()) != truth
+    except (ValueError, ZeroDivisionError):
+        return True
+
+
+def _warn_wrong_gold(label: str, split: str, left_out: int, tried: int) -> None:
+    if left_out:
+        log.warning("task '%s': %d of %d %s items left out: their gold answer is not the value of their expression "
+                    "(reasoning-gym's basic_arithmetic ignores operator precedence with allow_parentheses=false and "
+                    "rounds divisions; operators [\"+\", \"-\", \"*\"] with allow_parentheses=true, or 2 terms without "
+                    "division, avoid both)", label, left_out, tried, split)
+
+
 def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str, Any]) -> PromptItem:
     return PromptItem(
         uid=f"{label}:{split}:{index}", task=task.name, question=str(entry["question"]),
@@ -109,12 +165,17 @@ def _rg_train(task: TaskSpec, label: str, n: int, seed: int, exclude: set[str]) 
     budget = 2 * n + 200
     ds = _rg_dataset(task, max(budget, 1), _seed(seed, label, "train"))  # validates even when n == 0
     out: list[PromptItem] = []
+    wrong = tried = 0
     for i in range(budget):
         if len(out) == n:
             break
         item = _rg_item(task, label, "train", i, ds[i])
-        if item.question not in exclude:
+        tried += 1
+        if wrong_gold(item):
+            wrong += 1
+        elif item.question not in exclude:
             out.append(item)
+    _warn_wrong_gold(label, "training", wrong, tried)
     if len(out) < n:
         log.warning("task '%s': only %d of %d training items avoid the held-out questions", label, len(out), n)
     return out
@@ -129,13 +190,19 @@ def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> l
     budget = 20 * n + 200  # candidates tried before giving up on a small question space
     ds = _rg_dataset(task, budget, _seed(seed, label, "eval"))
     out: list[PromptItem] = []
+    wrong = tried = 0
     for i in range(budget):
         item = _rg_item(task, label, "eval", i, ds[i])
+        tried += 1
+        if wrong_gold(item):
+            wrong += 1
+            continue
         if item.question not in seen:
             seen.add(item.question)
             out.append(item)
             if len(out) == n:
                 break
+    _warn_wrong_gold(label, "held-out", wrong, tried)
     if len(out) < n:
         log.warning("task '%s': only %d of %d eval items have distinct questions (small question space)",
                     label, len(out), n)

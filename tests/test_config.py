@@ -351,6 +351,7 @@ def test_async_staleness_without_a_correction_is_named():
     assert unused_settings(load_config(None, ["distributed.async_training=true",
                                               "algo.offpolicy_correction=decoupled"])) == []
     assert unused_settings(load_config(None, ["distributed.async_training=true", "distributed.max_staleness=0"])) == []
+    assert unused_settings(load_config(None, ["distributed.backend=ray"])) == []  # synchronous with workers: no staleness
 
 
 def test_settings_of_features_left_off_are_named():
@@ -379,8 +380,7 @@ def test_settings_of_features_left_off_are_named():
                                               "data.system_prompt=hi", "rollout.prompts_per_step=4",
                                               "rollout.batch_size=16", "algo.scale_rewards=none", "algo.dual_clip=3",
                                               "eval.save_best=true", "distributed.backend=ray",
-                                              "distributed.worker_threads=2",
-                                              "algo.offpolicy_correction=decoupled"])) == []
+                                              "distributed.worker_threads=2"])) == []
 
 
 def test_evaluation_options_without_an_evaluation_are_named():

@@ -288,29 +288,47 @@ def test_the_default_mixtures_gold_answers_are_the_true_results() -> None:
 
 def test_basic_arithmetic_items_whose_gold_answer_is_wrong_are_left_out(caplog) -> None:
     """reasoning-gym 0.1.25 ignores operator precedence without parentheses ("985 + 384 * 129" ->
-    176601) and rounds divisions: those items are left out with a warning, the rest kept."""
+    176601) and rounds divisions: those items are left out with a warning, the rest kept, and the
+    task still gets its share of items."""
     from fractions import Fraction
 
-    from rollwise.config import TaskSpec
     from rollwise.data.tasks import arithmetic_truth, wrong_gold
 
-    assert arithmetic_truth("basic_arithmetic", "Calculate 985 + 384 * 129.") == 50521
-    assert arithmetic_truth("basic_arithmetic", "Calculate -1 / -( -( -( -2 - 9 ) ) + -3 + -13 ).") == Fraction(-1, 27)
-    assert arithmetic_truth("basic_arithmetic", "Calculate 3 / ( 2 - 2 ).") is None
-    assert arithmetic_truth("chain_sum", "Calculate 1 + 2.") is None
-    assert wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 985 + 384 * 129.", "176601"))
-    assert not wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 985 + 384 * 129.", "50521"))
-    assert wrong_gold(PromptItem("u", "basic_arithmetic", "Calculate 3 / ( 2 - 2 ).", "0"))
+    def ba(question: str, answer: str, expression: str | None = None) -> PromptItem:
+        entry = {"metadata": {"expression": expression}} if expression else {}
+        return PromptItem("u", "basic_arithmetic", question, answer, entry)
+
+    assert arithmetic_truth(ba("Calculate 985 + 384 * 129.", "0")) == 50521
+    assert arithmetic_truth(ba("Calculate -1 / -( -( -( -2 - 9 ) ) + -3 + -13 ).", "0")) == Fraction(-1, 27)
+    assert arithmetic_truth(ba("What is 50 + 83 * 6 + 9?", "0", "50 + 83 * 6 + 9")) == 557  # natural wording
+    assert arithmetic_truth(ba("What is 50 + 83 * 6 + 9?", "0")) is None  # no metadata: not found
+    assert arithmetic_truth(PromptItem("u", "chain_sum", "Calculate 1 + 2.", "3")) is None
+    assert wrong_gold(ba("Calculate 985 + 384 * 129.", "176601"))
+    assert not wrong_gold(ba("Calculate 985 + 384 * 129.", "50521"))
+    assert wrong_gold(ba("Solve 50 + 83 * 6 + 9.", "807", "50 + 83 * 6 + 9"))
+    assert wrong_gold(ba("Calculate 3 / ( 2 - 2 ).", "0"))  # no value at all
+    assert not wrong_gold(ba("Calculate 3 \u00d7 2.", "6"))  # an expression it cannot read is kept
     assert not wrong_gold(PromptItem("u", "chain_sum", "Calculate 1 + 2.", "4"))  # other tasks are not checked here
 
-    spec = TaskSpec(name="basic_arithmetic", params={"min_terms": 3, "max_terms": 4, "allow_parentheses": False,
-                                                     "operators": ["+", "-", "*"]})
-    cfg = DataConfig(tasks=[spec], train_size=200, eval_size=50)
+    for style in ("simple", "natural"):
+        spec = TaskSpec(name="basic_arithmetic", params={"min_terms": 3, "max_terms": 4, "allow_parentheses": False,
+                                                         "operators": ["+", "-", "*"], "format_style": style})
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            train, evals = build_items(DataConfig(tasks=[spec], train_size=200, eval_size=50), seed=0)
+        assert len(train) == 200 and len(evals) == 50
+        assert all(Fraction(it.answer) == arithmetic_truth(it) for it in train + evals), style
+        said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+        assert len(said) == 2 and "operator precedence" in said[0]
+        left_out = [int(m.split(": ")[1].split(" of ")[0]) for m in said]  # held-out, then training
+        assert left_out[0] >= 5 and left_out[1] >= 40, style  # about a third of these items are wrong
+
+
+def test_a_task_with_mostly_wrong_gold_answers_still_gets_its_items(caplog) -> None:
+    """5-6 terms without parentheses: about 9 in 10 items are wrong. The stream is read further, so
+    the task keeps its share (2n + 200 candidates alone gave 248 of 1000)."""
+    spec = TaskSpec(name="basic_arithmetic", params={"min_terms": 5, "max_terms": 6, "allow_parentheses": False})
     with caplog.at_level("WARNING"):
-        train, evals = build_items(cfg, seed=0)
-    assert len(train) == 200 and len(evals) == 50
-    assert all(Fraction(it.answer) == arithmetic_truth(it.task, it.question) for it in train + evals)
-    said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
-    assert len(said) == 2 and "operator precedence" in said[0]
-    left_out = [int(m.split(": ")[1].split(" of ")[0]) for m in said]  # held-out, then training
-    assert left_out[0] >= 5 and left_out[1] >= 40  # about a third of these items are wrong
+        train, evals = build_items(DataConfig(tasks=[spec], train_size=1000, eval_size=20), seed=0)
+    assert len(train) == 1000 and len(evals) == 20
+    assert not [r for r in caplog.records if "only" in r.getMessage()]

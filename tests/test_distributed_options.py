@@ -79,14 +79,27 @@ def test_a_dead_or_silent_ray_actor_is_an_error_that_says_how_to_resume():
         ray_get(silent, "a rollout worker", "distributed.worker_timeout=30 bounds it. ")
     assert ray_get(lambda: 5, "x") == 5
 
+    class InitFailed(ray.exceptions.ActorDiedError):
+        actor_init_failed = True  # Ray's property: the actor's constructor raised
+
+        def __str__(self):
+            return ("The actor died because of an error raised in its creation task, ray::TrainerActor.__init__()\n"
+                    "  File ...\nCheckpointError: checkpoint runs/x/step_000004: state.pt cannot be read\n")
+
+    def init_failed():
+        raise InitFailed()
+
+    with pytest.raises(RolloutWorkerError, match=r"^the trainer could not start: CheckpointError: .*state.pt") as got:
+        ray_get(init_failed, "the trainer")
+    assert "--resume" not in str(got.value)  # a resume would fail the same way
+
 
 def test_worker_options_warn_where_they_do_nothing():
-    got = unused_settings(load_config(None, ["distributed.worker_gpus=0.5", "distributed.backend=ray",
-                                             "algo.offpolicy_correction=decoupled"]))
+    got = unused_settings(load_config(None, ["distributed.worker_gpus=0.5", "distributed.backend=ray"]))
     assert got == ["distributed.worker_gpus=0.5 has no effect: it is read only with distributed.backend=ray and a GPU "
                    "engine (model.device=cuda or rollout.engine=vllm)"]
     assert unused_settings(load_config(None, ["distributed.worker_gpus=0.5", "distributed.backend=ray",
-                                              "model.device=cuda", "algo.offpolicy_correction=decoupled"])) == []
+                                              "model.device=cuda"])) == []
     assert unused_settings(load_config(None, ["distributed.worker_timeout=60"]))[0].startswith(
         "distributed.worker_timeout=60.0 has no effect")
 

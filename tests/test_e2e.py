@@ -535,3 +535,28 @@ def test_spec_lenience_and_topk_reach_the_engine_and_executor(tiny_model_dir, tm
         rates[lenience] = sum(seen) / len(seen)
     assert recorded == [5, 5]
     assert rates[1.0] > 0.1 and rates[0.01] < rates[1.0] / 2  # measured: 0.76 and 0.0
+
+
+def test_resume_refuses_items_rebuilt_differently(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """A resume rebuilds the training set from the config; if it comes out different (another
+    reasoning-gym version, or items now left out), the planner's belief would point at other prompts."""
+    import dataclasses
+
+    import rollwise.loop as loop
+
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "dd", 2)]) == 0
+    run = tmp_path / "dd"
+    real = loop.build_items
+
+    def changed(cfg, seed):
+        train, evals = real(cfg, seed)
+        train[0] = dataclasses.replace(train[0], answer=train[0].answer + "0")
+        return train, evals
+
+    monkeypatch.setattr(loop, "build_items", changed)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "train.max_steps=3"]) == 2
+    assert "differ from the ones the run was trained on" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(run), "train.max_steps=3"]) == 0
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3]

@@ -710,7 +710,7 @@ def unused_settings(cfg: Config) -> list[str]:
         out.append(f"data.tasks[0].weight={tasks[0].weight} has no effect: a weight is a task's share of a mixture, and "
                    "this one has a single task")
     d = cfg.distributed
-    if (d.async_training or d.backend == "ray") and d.max_staleness > 0 and cfg.algo.offpolicy_correction == "recompute":
+    if d.async_training and d.max_staleness > 0 and cfg.algo.offpolicy_correction == "recompute":
         out.append(f"distributed.max_staleness={d.max_staleness} lets batches be sampled up to {d.max_staleness} "
                    "versions before the trainer's weights, and algo.offpolicy_correction=recompute trains every token "
                    "as on-policy; set algo.offpolicy_correction=decoupled (or tis) to correct for it")

@@ -307,7 +307,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     runner = RewardRunner(cfg.reward)
     try:
         train_items, eval_items = build_items(cfg.data, cfg.run.seed)
-        note = multiline_answers_note(train_items + eval_items, cfg.data.instruction, cfg.reward.functions[0].name)
+        asks = f"{cfg.data.system_prompt or ''}\n{cfg.data.instruction}"  # what the prompt asks for, either place
+        note = multiline_answers_note(train_items + eval_items, asks, cfg.reward.functions[0].name)
         if note:
             print(f"rollwise: warning: {note}", file=sys.stderr)
         path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
@@ -354,6 +355,13 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
               [eval_ids[i] for i in eval_keep], planner, None, RunResult(run_dir))  # type: ignore[arg-type]
     run.best = BestTracker(cfg.eval.early_stopping_patience, cfg.eval.early_stopping_min_delta)
     if state is not None:
+        saved = state["extra"].get("data")  # checkpoints before 2026-12-07 have none
+        if saved is not None and saved != data_digest(run):
+            raise CheckpointError(
+                f"{ckpt}: the training and held-out items built for this resume differ from the ones the run was "
+                "trained on (another reasoning-gym or datasets version, a changed data file, or a rollwise that now "
+                "leaves out items with a wrong gold answer); the planner's belief and the data position would point "
+                "at other prompts. Install the versions in the run's environment.json, or start a new run")
         try:
             planner.load_state_dict(state["extra"]["planner"])
         except (ValueError, KeyError, TypeError) as e:
@@ -663,9 +671,21 @@ def is_checkpoint_step(cfg: Config, step: int) -> bool:
 
 
 def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's `extra`: planner, replay bank, totals and best evaluation, plus the rollout side's state."""
+    """The checkpoint's `extra`: planner, replay bank, totals and best evaluation, the training set's
+    digest, plus the rollout side's state."""
     return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
-            "best": run.best.state_dict(), **rollout_state}
+            "best": run.best.state_dict(), "data": data_digest(run), **rollout_state}
+
+
+def data_digest(run: Run) -> str:
+    """A digest of the training prompts in the planner's order and the held-out items: a resume must
+    rebuild the same ones (the planner's belief and the data position point at them by index)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for it in [*(run.items_by_uid[u] for u in run.ids_by_uid), *run.eval_items]:
+        h.update(f"{it.uid}\x1f{it.question}\x1f{it.answer}\x1e".encode())
+    return h.hexdigest()[:16]
 
 
 def save(run: Run, step: int, rollout_state: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ import math
 import operator
 import random
 import re
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -122,35 +123,47 @@ def _exact(node: ast.AST) -> Fraction:
     raise ValueError(f"not plain arithmetic: {ast.dump(node)[:80]}")
 
 
-def arithmetic_truth(task_name: str, question: str) -> Fraction | None:
-    """The exact value of a basic_arithmetic question's expression ("Calculate 985 + 384 * 129."),
-    with the usual operator precedence; None for other tasks, other wordings, and division by zero."""
-    m = _CALCULATE.match(question.strip()) if task_name == "basic_arithmetic" else None
-    if m is None:
+def _expression(item: PromptItem) -> str | None:
+    """A basic_arithmetic item's expression: reasoning-gym's metadata names it (any question wording,
+    "Calculate ...", "What is ...?", "Solve ..."), else "Calculate EXPR." is read from the question."""
+    if item.task != "basic_arithmetic":
+        return None
+    expr = ((item.entry or {}).get("metadata") or {}).get("expression")
+    if isinstance(expr, str) and expr.strip() and expr.strip() in item.question:
+        return expr.strip()
+    m = _CALCULATE.match(item.question.strip())
+    return m.group(1) if m else None
+
+
+def arithmetic_truth(item: PromptItem) -> Fraction | None:
+    """The exact value of a basic_arithmetic item's expression ("985 + 384 * 129"), with the usual
+    operator precedence; None for other tasks, an expression it cannot find, and division by zero."""
+    expr = _expression(item)
+    if expr is None or not re.fullmatch(r"[\d\s+\-*/().]+", expr):
         return None
     try:
-        return _exact(ast.parse(m.group(1), mode="eval").body)
+        return _exact(ast.parse(expr, mode="eval").body)
     except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
         return None
 
 
 def wrong_gold(item: PromptItem) -> bool:
-    """The item's gold answer is not the value its question's expression has (`arithmetic_truth`)."""
-    truth = arithmetic_truth(item.task, item.question)
-    if truth is None:
-        return _CALCULATE.match(item.question.strip()) is not None and item.task == "basic_arithmetic"
+    """The item's gold answer is not the value of its expression (`arithmetic_truth`); an expression
+    that divides by zero has no value, so any gold answer is wrong. Items whose expression cannot be
+    read are kept."""
+    expr = _expression(item)
+    if expr is None or not re.fullmatch(r"[\d\s+\-*/().]+", expr):
+        return False
+    try:
+        truth = _exact(ast.parse(expr, mode="eval").body)
+    except ZeroDivisionError:
+        return True
+    except (SyntaxError, ValueError, RecursionError):
+        return False
     try:
         return Fraction(item.answer.strip()) != truth
     except (ValueError, ZeroDivisionError):
         return True
-
-
-def _warn_wrong_gold(label: str, split: str, left_out: int, tried: int) -> None:
-    if left_out:
-        log.warning("task '%s': %d of %d %s items left out: their gold answer is not the value of their expression "
-                    "(reasoning-gym's basic_arithmetic ignores operator precedence with allow_parentheses=false and "
-                    "rounds divisions; operators [\"+\", \"-\", \"*\"] with allow_parentheses=true, or 2 terms without "
-                    "division, avoid both)", label, left_out, tried, split)
 
 
 def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str, Any]) -> PromptItem:
@@ -160,24 +173,40 @@ def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str
     )
 
 
-def _rg_train(task: TaskSpec, label: str, n: int, seed: int, exclude: set[str]) -> list[PromptItem]:
-    """n training items whose questions are not in `exclude` (the held-out questions)."""
-    budget = 2 * n + 200
-    ds = _rg_dataset(task, max(budget, 1), _seed(seed, label, "train"))  # validates even when n == 0
+def _rg_draw(task: TaskSpec, label: str, split: str, n: int, seed: int, budget: int,
+             keep: Callable[[PromptItem], bool]) -> tuple[list[PromptItem], int]:
+    """Up to n items of the generator's stream for `split` that `keep` accepts, trying `budget`
+    candidates; candidates with a wrong gold answer (`wrong_gold`) are left out and do not count
+    against the budget (the stream is read further, up to 20 times the budget). Returns the items and
+    how many were left out for a wrong gold answer."""
+    s = _seed(seed, label, split)
+    size = max(budget, 1)
+    ds = _rg_dataset(task, size, s)  # validates the parameters even when n == 0
     out: list[PromptItem] = []
-    wrong = tried = 0
-    for i in range(budget):
-        if len(out) == n:
-            break
-        item = _rg_item(task, label, "train", i, ds[i])
-        tried += 1
+    wrong = i = 0
+    while len(out) < n and i < min(budget + wrong, 20 * size):
+        if i == len(ds):  # the stream goes on past the first dataset: the same items, more of them
+            ds = _rg_dataset(task, min(2 * len(ds), 20 * size), s)
+        item = _rg_item(task, label, split, i, ds[i])
+        i += 1
         if wrong_gold(item):
             wrong += 1
-        elif item.question not in exclude:
+        elif keep(item):
             out.append(item)
-    _warn_wrong_gold(label, "training", wrong, tried)
+    if wrong:
+        log.warning("task '%s': %d of %d %s items left out: their gold answer is not the value of their expression "
+                    "(reasoning-gym's basic_arithmetic ignores operator precedence with allow_parentheses=false and "
+                    "rounds divisions; operators [\"+\", \"-\", \"*\"] with allow_parentheses=true, or 2 terms without "
+                    "division, avoid both)", label, wrong, i, "training" if split == "train" else "held-out")
+    return out, wrong
+
+
+def _rg_train(task: TaskSpec, label: str, n: int, seed: int, exclude: set[str]) -> list[PromptItem]:
+    """n training items whose questions are not in `exclude` (the held-out questions)."""
+    out, wrong = _rg_draw(task, label, "train", n, seed, 2 * n + 200, lambda it: it.question not in exclude)
     if len(out) < n:
-        log.warning("task '%s': only %d of %d training items avoid the held-out questions", label, len(out), n)
+        why = f"; {wrong} more had a wrong gold answer" if wrong else ""
+        log.warning("task '%s': only %d of %d training items avoid the held-out questions%s", label, len(out), n, why)
     return out
 
 
@@ -187,25 +216,19 @@ def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> l
     training questions would leave only the rare, usually harder ones for evaluation)."""
     if n == 0:
         return []
-    budget = 20 * n + 200  # candidates tried before giving up on a small question space
-    ds = _rg_dataset(task, budget, _seed(seed, label, "eval"))
-    out: list[PromptItem] = []
-    wrong = tried = 0
-    for i in range(budget):
-        item = _rg_item(task, label, "eval", i, ds[i])
-        tried += 1
-        if wrong_gold(item):
-            wrong += 1
-            continue
-        if item.question not in seen:
-            seen.add(item.question)
-            out.append(item)
-            if len(out) == n:
-                break
-    _warn_wrong_gold(label, "held-out", wrong, tried)
+
+    def new(it: PromptItem) -> bool:
+        if it.question in seen:
+            return False
+        seen.add(it.question)
+        return True
+
+    # 20n + 200 candidates tried before giving up on a small question space
+    out, wrong = _rg_draw(task, label, "eval", n, seed, 20 * n + 200, new)
     if len(out) < n:
-        log.warning("task '%s': only %d of %d eval items have distinct questions (small question space)",
-                    label, len(out), n)
+        why = f"; {wrong} more had a wrong gold answer" if wrong else ""
+        log.warning("task '%s': only %d of %d eval items have distinct questions (small question space)%s",
+                    label, len(out), n, why)
     return out
 
 

@@ -56,16 +56,18 @@ RAY_LOGS = "Ray's logs are under /tmp/ray/session_latest/logs"
 def ray_get(get: Any, what: str, hint: str = "") -> Any:
     """`unwrap_remote_error(get)`, with a dead Ray actor (killed by the OS for memory, or dead past its
     restarts) or a call past its timeout turned into a RolloutWorkerError that names `what` and says
-    how to go on (`hint` first, then the resume)."""
+    how to go on (`hint` first, then the resume); an actor whose constructor raised, with that error."""
     from ray.exceptions import GetTimeoutError, RayActorError
 
     try:
         return unwrap_remote_error(get)
     except (RayActorError, GetTimeoutError) as e:
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+        if getattr(e, "actor_init_failed", False):  # its constructor raised: the cause is the last line, a resume would fail again
+            raise RolloutWorkerError(f"{what} could not start: {lines[-1][:500]} ({RAY_LOGS})") from e
         why = "did not answer in time" if isinstance(e, GetTimeoutError) else "died"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        raise RolloutWorkerError(f"{what} {why} ({first}). {hint}Resume from the last checkpoint (rollwise train "
-                                 f"--resume RUN_DIR); {RAY_LOGS}") from None
+        raise RolloutWorkerError(f"{what} {why} ({lines[0][:300]}). {hint}Resume from the last checkpoint (rollwise "
+                                 f"train --resume RUN_DIR); {RAY_LOGS}") from None
 
 
 class RolloutPool:

@@ -132,7 +132,8 @@ LINE_READERS = ("exact_match", "reasoning_gym")
 
 
 def multiline_answers_note(items: list[PromptItem], instruction: str, reward: str) -> str | None:
-    """A warning when gold answers span several lines but nothing asks for a tag or a box: the
+    """A warning when gold answers span several lines but nothing asks for a tag or a box (`instruction`:
+    the instruction and system prompt, what the prompt asks of the model): the
     built-in verifiers (`LINE_READERS`) then read only the last line of a completion, so a correct
     multi-line answer (a grid, a board) scores as its last line."""
     if reward not in LINE_READERS or "<answer>" in instruction or "\\boxed" in instruction:

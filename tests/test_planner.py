@@ -591,9 +591,11 @@ def test_brier_scores_unseen_prompts_by_their_prior() -> None:
     run_step(pl, lambda u, r, k: float(u == "a"))  # first visits: a 4/4 (0.5 vs 1), b 0/4 (0.5 vs 0)
     m = pl.metrics()
     assert m["planner/brier"] == pytest.approx(0.25) and "planner/brier_seen" not in m
+    assert m["planner/prediction_bias"] == pytest.approx(((0.5 - 1) + (0.5 - 0)) / 2)
     run_step(pl, lambda u, r, k: float(k < 2))  # c unseen (0.5 vs 0.5) and a seen (1 vs 0.5), or b
     m = pl.metrics()
     assert m["planner/brier"] == pytest.approx((0.0 + 0.25) / 2) and m["planner/brier_seen"] == pytest.approx(0.25)
+    assert abs(m["planner/prediction_bias"]) == pytest.approx(0.25)  # c: 0, the seen one: +-0.5
 
 
 def test_token_budget_converts_and_carries() -> None:

@@ -29,7 +29,8 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
                                               ("of samples trained", "planner/effective_ratio_trained"))),
                         ("rollout/frac_zero_std_groups", (("", "rollout/frac_zero_std_groups"),)),
                         ("estimator's Brier score", (("every prompt rolled out", "planner/brier"),
-                                                     ("prompts seen before", "planner/brier_seen")))):
+                                                     ("prompts seen before", "planner/brier_seen"),
+                                                     ("bias (predicted - seen)", "planner/prediction_bias")))):
         lines = [(label, series(key)) for label, key in keys if any(key in h for h in steps)]
         if lines:
             out.append((title, "line", lines))

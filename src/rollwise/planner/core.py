@@ -293,6 +293,8 @@ class ComposedPlanner:
             if scored:
                 pred, obs = np.array(scored).T
                 m[key] = float(np.mean((pred - obs) ** 2))
+                if key == "planner/brier":  # its bias part: a belief that lags the policy shows here, noise does not
+                    m["planner/prediction_bias"] = float(np.mean(pred - obs))
         m.update(self.selector.metrics())
         m.update(self.allocator.metrics())
         return m

@@ -40,7 +40,7 @@ def test_curve_puts_each_evaluation_at_the_tokens_spent_before_it(tmp_path):
 
 def test_the_table_compares_every_run_with_the_first(tmp_path):
     a = _run(tmp_path / "uni", "uniform", 0, 100, [0.2, 0.3, 0.4], eff=0.5)
-    b = _run(tmp_path / "ada", "adaptive", 1, 50, [0.2, 0.4, 0.45], eff=0.8)
+    b = _run(tmp_path / "ada", "adaptive", 0, 50, [0.2, 0.4, 0.45], eff=0.8)
     c = _run(tmp_path / "low", "dapo", 0, 100, [0.2, 0.25, 0.3])
     rows = compare_table([a, b, c])
     assert rows[2].startswith(f"| {a} | uniform | 4 | 20.0% -> 40.0% (+20.0) | 400 | 1.00 | 400 (1.00) | 0.50 |")
@@ -55,6 +55,11 @@ def test_the_table_compares_every_run_with_the_first(tmp_path):
     d = _run(tmp_path / "fell", "uniform", 0, 100, [0.3, 0.25, 0.2])
     rows = compare_table([d, b])
     assert rows[3].startswith(f"| {b} | adaptive | 4 | 20.0% -> 45.0% (+25.0) | 200 | 0.50 | - |")
+    # another seed draws other held-out items: the first run's accuracy is no target for it
+    e = _run(tmp_path / "ada1", "adaptive", 1, 50, [0.2, 0.4, 0.45])
+    rows = compare_table([a, e])
+    assert rows[3].startswith(f"| {e} | adaptive | 4 | 20.0% -> 45.0% (+25.0) | 200 | 0.50 | - (other held-out items) |")
+    assert rows[-1].startswith("(other held-out items: a run whose data.* or run.seed differs")
 
 
 def test_a_comparison_against_a_first_run_that_did_not_gain_says_so(tmp_path, capsys):
@@ -108,3 +113,7 @@ def test_runs_of_several_seeds_are_paired_by_seed_against_the_first_runs_group(t
                      "  planner.strategy=adaptive: -1.0 points (SE 3.0), ahead on 1 of 2 seeds; "
                      "0.70 of the tokens (0.60-0.80)"]
     assert paired_by_seed(runs[:2]) == []  # one seed: nothing to pair beyond the table
+    # a seed given twice in a group: which run to pair is unknown, so the group is not paired
+    runs.append(_run(tmp_path / "a1dup", "adaptive", 1, 200, [0.2, 0.3, 0.10]))
+    assert paired_by_seed(runs)[1:] == ["  planner.strategy=adaptive: run.seed 1 in more than one run; this group is "
+                                        "not paired (give each seed once)"]

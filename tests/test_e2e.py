@@ -231,6 +231,8 @@ def test_a_resume_takes_the_belief_from_the_checkpoint_not_prior_counts(tiny_mod
 
 
 def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
     extra = ["model.lora.enabled=true", "model.lora.r=4", "algo.beta=0.05", "eval.at_start=false"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "lora", 2, extra)]) == 0
     w = load_file(str(tmp_path / "lora" / "checkpoints" / "step_000002" / "weights.safetensors"))
@@ -240,9 +242,21 @@ def test_lora_with_kl_trains_and_evaluates(tiny_model_dir, tmp_path):
     # the reference is the base model (adapters off): equal to the policy at step 1, apart once B has moved
     assert lines[0]["loss/kl"] == pytest.approx(0.0, abs=1e-7) and lines[1]["loss/kl"] > 1e-7
     assert main(["eval", str(tmp_path / "lora")]) == 0
+    # eval's engine has the run's layout: plain weight names holding the merged adapters (built after LoRA it
+    # kept base_layer and lora_ weights apart, and the merged weights never reached them)
+    from rollwise.evalcmd import _target_config, eval_engine
+    from rollwise.models import load_tokenizer
+
+    cfg, ckpt = _target_config(str(tmp_path / "lora"), [])
+    engine = eval_engine(cfg, str(tiny_model_dir), ckpt, load_tokenizer(str(tiny_model_dir)))
+    plain = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).state_dict()
+    assert set(engine.model.state_dict()) == set(plain)
+    q = next(k for k in plain if "q_proj" in k)
+    assert (engine.model.state_dict()[q].float().sum() - plain[q].sum()).abs() > 1e-6  # the adapters reached it
+    # the checkpoint's adapters belong to the run's base model and LoRA settings
+    assert main(["eval", str(tmp_path / "lora"), "model.lora.alpha=64"]) == 2
     # export merges the adapters: plain base-model parameter names, weights moved away from the base model's
     assert main(["export", str(tmp_path / "lora"), str(tmp_path / "merged"), "--dtype", "bfloat16"]) == 0
-    from transformers import AutoModelForCausalLM
 
     stored = load_file(str(tmp_path / "merged" / "model.safetensors"))
     assert {v.dtype for v in stored.values()} == {torch.bfloat16}  # --dtype reached the files

@@ -187,3 +187,19 @@ def test_a_dead_rollout_worker_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", _parser_running(died))
     assert main(["train"]) == 2
     assert "rollwise: error: a rollout worker died" in capsys.readouterr().err
+
+
+def test_a_checkpoint_folder_moved_out_of_its_run_says_to_put_it_back(tmp_path, capsys):
+    from rollwise.models import ModelError, resolve_model_path
+
+    moved = tmp_path / "step_000004"
+    moved.mkdir()
+    (moved / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(ModelError, match="moved out of its run.*put it back"):
+        resolve_model_path(str(moved))
+    assert main(["export", str(moved), str(tmp_path / "out")]) == 2
+    assert "put it back under its run folder" in capsys.readouterr().err
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ModelError, match="`rollwise eval .*` evaluates it"):
+        resolve_model_path(str(run))

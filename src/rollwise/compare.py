@@ -79,10 +79,12 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
     curves = [curve(d) for d in run_dirs]
     base = curves[0]
     target, why = reach_target(base["points"])
+    held_out = [held_out_items(d) for d in run_dirs]
+    other_items = False
     rows = ["| run | planner | steps | held-out accuracy, first -> last | rollout tokens | tokens / first run's "
             "| tokens to the first run's final accuracy (share) | effective ratio |",
             "|---|---|---|---|---|---|---|---|"]
-    for d, c in zip(run_dirs, curves):
+    for i, (d, c) in enumerate(zip(run_dirs, curves)):
         planner = (run_config(d).get("planner") or {}).get("strategy", "-")
         pts = c["points"]
         acc = (f"{pts[0][1]:.1%} -> {pts[-1][1]:.1%} ({(pts[-1][1] - pts[0][1]) * 100:+.1f})" if pts
@@ -91,11 +93,23 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
         reach = tokens_to_reach(pts, target) if target is not None else None
         reached = "-" if target is None or not pts else "never" if reach is None else (
             f"{reach:,.0f} ({reach / base['tokens']:.2f})" if base["tokens"] else f"{reach:,.0f}")
+        if target is not None and pts and held_out[i] != held_out[0]:
+            reached, other_items = "- (other held-out items)", True
         eff = "-" if c["effective_ratio"] is None else f"{c['effective_ratio']:.2f}"
         rows.append(f"| {d} | {planner} | {c['steps']} | {acc} | {c['tokens']:,.0f} | {share} | {reached} | {eff} |")
     if why:
         rows.append(f"(no tokens-to-reach: the first run, {run_dirs[0]}, {why})")
+    if other_items:
+        rows.append("(other held-out items: a run whose data.* or run.seed differs from the first run's was scored on "
+                    "other items, so the first run's accuracy is no target for it; runs over several seeds are paired "
+                    "by seed below)")
     return rows
+
+
+def held_out_items(run_dir: Path) -> tuple:
+    """What decides a run's held-out items: its data settings and run.seed."""
+    flat = leaves(run_config(run_dir))
+    return tuple(sorted((k, repr(v)) for k, v in flat.items() if k.startswith("data.") or k == "run.seed"))
 
 
 def paired_by_seed(run_dirs: list[Path]) -> list[str]:
@@ -108,13 +122,22 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
     if len(set(seeds)) < 2 or not keys:
         return []
     by: dict[str, dict[Any, dict[str, Any]]] = {}
+    twice: dict[str, set[Any]] = {}
     for d, c, seed in zip(run_dirs, configs, seeds):
         run = curve(d)
         if run["points"] and run["tokens"]:
-            by.setdefault(", ".join(f"{k}={c.get(k)}" for k in keys), {})[seed] = run
+            group = ", ".join(f"{k}={c.get(k)}" for k in keys)
+            if seed in by.setdefault(group, {}):
+                twice.setdefault(group, set()).add(seed)
+            by[group][seed] = run
     base = ", ".join(f"{k}={configs[0].get(k)}" for k in keys)
     lines = []
+    for group, seen in twice.items():
+        lines.append(f"  {group}: run.seed {', '.join(map(str, sorted(seen)))} in more than one run; this group is "
+                     "not paired (give each seed once)")
     for group, runs in by.items():
+        if group in twice or (group != base and base in twice):
+            continue
         common = [s for s in runs if s in by.get(base, {})] if group != base else []
         if len(common) < 2:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,6 +15,8 @@ from rollwise.config import (
     ConfigError,
     _merge,
     build_config,
+    config_to_dict,
+    leaves,
     load_config,
     parse_overrides,
     read_config_file,
@@ -39,6 +42,12 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
             if config:
                 saved = _merge(saved, read_config_file(config))
             cfg = build_config(_merge(saved, parse_overrides(overrides)))
+            was, now = leaves(saved), leaves(config_to_dict(cfg))
+            moved = [k for k in was if k.startswith(("model.name_or_path", "model.lora.")) and was[k] != now.get(k)]
+            if moved:
+                raise ConfigError(f"rollwise eval {target}: {moved[0]} cannot differ from the run's ({was[moved[0]]} -> "
+                                  f"{now.get(moved[0])}): the checkpoint's weights belong to that model. Leave it out "
+                                  "of the CONFIG.yaml or overrides given here")
             ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
             if ckpt is None:
                 raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its "
@@ -52,20 +61,44 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
     return load_config(config, overrides), ckpt
 
 
-def run_eval_command(args: argparse.Namespace) -> int:
-    from rollwise.data import build_items, encode_prompts
+def eval_engine(cfg: Config, path: str, ckpt: Path | None, tok: Any) -> Any:
+    """The engine `rollwise eval` generates with: the dtype and weight layout of the run's own engine,
+    so that it reproduces the run's eval/accuracy. Like the run's, it is built from the plain model
+    before LoRA and given the merged weights (built after LoRA it would hold the adapter layers apart,
+    and the merged weights would not reach them)."""
     from rollwise.engine import HFEngine
     from rollwise.engine.factory import engine_dtype
+    from rollwise.loop import _as_list, load_policy
+    from rollwise.models import apply_lora, merged_state_dict
+    from rollwise.training.checkpoint import load_checkpoint_weights
+
+    model = load_policy(cfg, path)  # fp32 on model.device
+    eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
+
+    def build(m: Any) -> Any:
+        return HFEngine(m, eos, tok.pad_token_id, engine_dtype(cfg), cfg.eval.batch_size, cfg.rollout.top_p,
+                        cfg.rollout.top_k, cfg.run.seed, transpose_weights=cfg.rollout.transpose_weights)
+
+    if ckpt is None or not cfg.model.lora.enabled:
+        if ckpt is not None:
+            load_checkpoint_weights(ckpt, model)
+        return build(model)
+    engine = build(model)  # its own copy, plain layout
+    model = apply_lora(model, cfg.model)
+    load_checkpoint_weights(ckpt, model)
+    engine.load_weights(merged_state_dict(model), 0)
+    return engine
+
+
+def run_eval_command(args: argparse.Namespace) -> int:
+    from rollwise.data import build_items, encode_prompts
     from rollwise.evaluate import evaluate
-    from rollwise.loop import _as_list, load_policy, set_threads, warn_idle_gpu, warn_slow_dtype
+    from rollwise.loop import set_threads, warn_idle_gpu, warn_slow_dtype
     from rollwise.models import (
-        apply_lora,
         load_tokenizer,
-        merged_state_dict,
         resolve_model_path,
     )
     from rollwise.rewards import RewardRunner
-    from rollwise.training.checkpoint import load_checkpoint_weights
 
     cfg, ckpt = _target_config(args.target, args.items)
     set_threads(cfg.run.torch_threads)
@@ -84,18 +117,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     if dropped:
         print(f"rollwise: {len(dropped)} of {len(eval_items)} held-out items are longer than data.max_prompt_length="
               f"{cfg.data.max_prompt_length} tokens and are left out", file=sys.stderr)
-    model = load_policy(cfg, path)  # fp32 on model.device
-    if ckpt is not None:
-        if cfg.model.lora.enabled:
-            model = apply_lora(model, cfg.model)
-        load_checkpoint_weights(ckpt, model)
-    eos = sorted({tok.eos_token_id, *_as_list(getattr(model.generation_config, "eos_token_id", None))} - {None})
-    base = model.get_base_model() if hasattr(model, "peft_config") else model
-    # the dtype and weight layout of the run's own engine, so that this reproduces its eval/accuracy
-    engine = HFEngine(base, eos, tok.pad_token_id, engine_dtype(cfg), cfg.eval.batch_size, cfg.rollout.top_p,
-                      cfg.rollout.top_k, cfg.run.seed, transpose_weights=cfg.rollout.transpose_weights)
-    if hasattr(model, "peft_config"):
-        engine.load_weights(merged_state_dict(model), 0)
+    engine = eval_engine(cfg, path, ckpt, tok)
     m = evaluate(engine, [eval_items[i] for i in keep], [ids[i] for i in keep], runner, cfg.reward.functions[0].name,
                  tok, cfg.eval.max_completion_length or cfg.rollout.max_completion_length, cfg.eval.pass_k,
                  cfg.rollout.temperature, cfg.run.seed)

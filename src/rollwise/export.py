@@ -50,8 +50,11 @@ def run_export_command(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"'{args.target}' not found: give a run folder (runs/<name>) or a checkpoint folder")
     cfg, ckpt = _target_config(args.target, [])
     if ckpt is None:
+        alone = (target / "weights.safetensors").is_file()
         raise FileNotFoundError(f"'{args.target}' is not a run or checkpoint folder (no config.yaml there or two "
-                                "levels up); a model folder needs no export")
+                                "levels up)" + ("; a checkpoint folder reads its base model from its run's config.yaml "
+                                                "(RUN/checkpoints/step_N): put it back under its run folder" if alone
+                                                else "; a model folder needs no export"))
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tok = load_tokenizer(path)
     model = load_model(path, torch.float32)

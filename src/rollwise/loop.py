@@ -196,7 +196,7 @@ def loop_kind(leaves: dict[str, Any]) -> str:
 # the weights (model.name_or_path; the LoRA adapters' presence, rank and modules) and the planner's state
 # (planner.strategy).
 FIXED_ON_RESUME = ("data.", "run.seed", "model.name_or_path", "model.lora.enabled", "model.lora.r",
-                   "model.lora.target_modules", "planner.strategy")
+                   "model.lora.alpha", "model.lora.target_modules", "planner.strategy")
 
 
 def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[Any]], dict[str, Any]]:

@@ -152,8 +152,12 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
             raise ModelError(f"model path '{name_or_path}' not found: expected a folder with config.json")
         if not (p / "config.json").is_file():
             run = (p / "checkpoints").is_dir() or (p / "weights.safetensors").is_file()
-            hint = (f"; it looks like a rollwise run or checkpoint: `rollwise export {name_or_path} OUT_DIR` writes a "
-                    "model folder to give here" if run else "")
+            alone = (p / "weights.safetensors").is_file() and not (p.parent.parent / "config.yaml").is_file()
+            hint = ("; it looks like a rollwise checkpoint folder moved out of its run: `rollwise eval` and `rollwise "
+                    "export` read the base model from the run's config.yaml two levels up (RUN/checkpoints/step_N), so "
+                    "put it back under its run folder" if alone else
+                    f"; it looks like a rollwise run or checkpoint: `rollwise eval {name_or_path}` evaluates it, and "
+                    f"`rollwise export {name_or_path} OUT_DIR` writes a model folder to give here" if run else "")
             raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder{hint}")
         return str(p)
     return name_or_path

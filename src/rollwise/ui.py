@@ -62,7 +62,7 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
         out["rollouts generated"] = int(steps[-1].get("rollout/rollouts_total", 0))
         out["rollout tokens"] = int(steps[-1].get("rollout/tokens_total", 0))
         eff = [h["planner/effective_ratio"] for h in steps if "planner/effective_ratio" in h]
-        if eff:  # share of trained samples in groups whose rewards differ: what the planner buys
+        if eff:  # share of the rollouts generated that were trained in groups whose rewards differ
             out["effective ratio (mean)"] = f"{sum(eff) / len(eff):.2f}"
         out["median step time (s)"] = f"{statistics.median(h['time/step_s'] for h in steps):.1f}"
         gen = sum(h["time/generate_s"] for h in steps)

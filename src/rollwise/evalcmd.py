@@ -26,6 +26,7 @@ from rollwise.config import (
 
 def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
     from rollwise.cli import _split_args
+    from rollwise.loop import FIXED_ON_RESUME
     from rollwise.models import looks_local
     from rollwise.training.checkpoint import latest_checkpoint
 
@@ -43,7 +44,8 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
                 saved = _merge(saved, read_config_file(config))
             cfg = build_config(_merge(saved, parse_overrides(overrides)))
             was, now = leaves(saved), leaves(config_to_dict(cfg))
-            moved = [k for k in was if k.startswith(("model.name_or_path", "model.lora.")) and was[k] != now.get(k)]
+            fixed = tuple(k for k in FIXED_ON_RESUME if k.startswith("model."))  # what the weights belong to
+            moved = [k for k in was if k.startswith(fixed) and was[k] != now.get(k)]
             if moved:
                 raise ConfigError(f"rollwise eval {target}: {moved[0]} cannot differ from the run's ({was[moved[0]]} -> "
                                   f"{now.get(moved[0])}): the checkpoint's weights belong to that model. Leave it out "

@@ -135,15 +135,24 @@ def _expression(item: PromptItem) -> str | None:
     return m.group(1) if m else None
 
 
-def arithmetic_truth(item: PromptItem) -> Fraction | None:
-    """The exact value of a basic_arithmetic item's expression ("985 + 384 * 129"), with the usual
-    operator precedence; None for other tasks, an expression it cannot find, and division by zero."""
+def _value(item: PromptItem) -> Fraction | None:
+    """The exact value of the item's expression; None when it has none that can be read. Raises
+    ZeroDivisionError for an expression that divides by zero."""
     expr = _expression(item)
     if expr is None or not re.fullmatch(r"[\d\s+\-*/().]+", expr):
         return None
     try:
         return _exact(ast.parse(expr, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def arithmetic_truth(item: PromptItem) -> Fraction | None:
+    """The exact value of a basic_arithmetic item's expression ("985 + 384 * 129"), with the usual
+    operator precedence; None for other tasks, an expression it cannot find, and division by zero."""
+    try:
+        return _value(item)
+    except ZeroDivisionError:
         return None
 
 
@@ -151,14 +160,11 @@ def wrong_gold(item: PromptItem) -> bool:
     """The item's gold answer is not the value of its expression (`arithmetic_truth`); an expression
     that divides by zero has no value, so any gold answer is wrong. Items whose expression cannot be
     read are kept."""
-    expr = _expression(item)
-    if expr is None or not re.fullmatch(r"[\d\s+\-*/().]+", expr):
-        return False
     try:
-        truth = _exact(ast.parse(expr, mode="eval").body)
+        truth = _value(item)
     except ZeroDivisionError:
         return True
-    except (SyntaxError, ValueError, RecursionError):
+    if truth is None:
         return False
     try:
         return Fraction(item.answer.strip()) != truth

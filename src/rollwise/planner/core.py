@@ -288,13 +288,14 @@ class ComposedPlanner:
             m.update({f"planner/task_share/{t}": v / max(generated, 1) for t, v in sorted(tasks.items())})
         # the estimator's mean before the step against the solve rate the step saw: every prompt rolled
         # out (an unseen one is predicted by its prior), and those it had observed before
-        for key, keep in (("planner/brier", lambda u: True), ("planner/brier_seen", st.seen_before.__contains__)):
-            scored = [(st.predicted[g.uid], g.successes / g.n) for g in groups if g.uid in st.predicted and keep(g.uid)]
-            if scored:
-                pred, obs = np.array(scored).T
-                m[key] = float(np.mean((pred - obs) ** 2))
-                if key == "planner/brier":  # its bias part: a belief that lags the policy shows here, noise does not
-                    m["planner/prediction_bias"] = float(np.mean(pred - obs))
+        scored = [(st.predicted[g.uid] - g.successes / g.n, g.uid in st.seen_before) for g in groups
+                  if g.uid in st.predicted]
+        if scored:
+            err, seen = (np.array(c) for c in zip(*scored))
+            m["planner/brier"] = float(np.mean(err ** 2))
+            m["planner/prediction_bias"] = float(np.mean(err))  # a belief that lags the policy shows here, noise does not
+            if seen.any():
+                m["planner/brier_seen"] = float(np.mean(err[seen] ** 2))
         m.update(self.selector.metrics())
         m.update(self.allocator.metrics())
         return m

@@ -85,8 +85,7 @@ def save_best_weights(run_dir: Path, step: int, accuracy: float, model: torch.nn
     the new one is complete (a run killed while writing keeps the old one)."""
     ckdir = Path(run_dir) / "checkpoints"
     final, tmp, old = ckdir / "best", ckdir / ".tmp_best", ckdir / ".old_best"
-    if old.exists() and not final.exists():  # killed between the two renames below: the old best is whole
-        os.replace(old, final)
+    restore_interrupted_best(run_dir)
     shutil.rmtree(old, ignore_errors=True)
 
     def write(folder: Path) -> None:
@@ -126,7 +125,8 @@ def resume_best(tracker: BestTracker, run_dir: Path, start_step: int, evaluated:
 
 
 def restore_interrupted_best(run_dir: Path) -> None:
-    """A run killed between the two renames of `save_best_weights` has only `.old_best`, which is whole."""
+    """A run killed between the two renames of `save_best_weights` has only `.old_best`, which is whole:
+    it becomes the best again."""
     ckdir = Path(run_dir) / "checkpoints"
     if (ckdir / ".old_best").is_dir() and not (ckdir / "best").exists():
         os.replace(ckdir / ".old_best", ckdir / "best")

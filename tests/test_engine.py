@@ -61,6 +61,23 @@ def test_load_weights_changes_outputs_and_version(tiny_model_dir):
     assert after.logprobs != before.logprobs
 
 
+def test_load_weights_refuses_unknown_missing_or_misshaped_weights(tiny_model_dir):
+    tok, model, eng = _setup(tiny_model_dir)
+    sd = model.state_dict()
+    wrapped = {"base_model.model." + k: v for k, v in sd.items()}  # a LoRA model's names
+    with pytest.raises(ValueError, match="does not have.*base_model.model"):
+        eng.load_weights(wrapped, version=1)
+    partial = {k: v for k, v in sd.items() if "layers.0." not in k}
+    with pytest.raises(ValueError, match="parameters are missing"):
+        eng.load_weights(partial, version=1)
+    k0 = next(k for k, v in sd.items() if v.dim() == 2)
+    with pytest.raises(ValueError, match="shape"):
+        eng.load_weights({**sd, k0: sd[k0][:, :-1]}, version=1)
+    assert eng.version == 0
+    eng.load_weights(sd, version=2)  # the full state dict (tied weights under two names) is accepted
+    assert eng.version == 2
+
+
 def test_chunked_logprobs_equal_full_logsoftmax_and_have_grad(tiny_model_dir):
     tok, model, _ = _setup(tiny_model_dir)
     batch = pack([[5, 6], [7, 8, 9]], [[10, 11, 12], [13]], tok.pad_token_id)

@@ -72,6 +72,8 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         ("<answer> 42 </answer>", "42"),
         ("first <answer>1</answer> then <answer>2</answer>", "2"),
         ("so \\boxed{\\frac{1}{2}} done", "\\frac{1}{2}"),
+        ('\\boxed{{"s": "}", "n": 1}}', '{"s": "}", "n": 1}'),  # a brace inside a JSON string (codeio)
+        ('\\boxed{5"} tall', '5"'),  # a stray quote: braces are counted as they come
         ("The answer is 1,000.", "1000"),
         ("**-4**", "-4"),
         ("x+2", "x+2"),

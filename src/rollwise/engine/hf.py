@@ -144,6 +144,24 @@ def input_major(model: torch.nn.Module) -> bool:
     return bool(ws) and all(w.dim() == 2 and w.stride() == (1, w.shape[0]) for w in ws)
 
 
+def check_weight_keys(own: dict[str, torch.Tensor], given: dict[str, torch.Tensor], params: set[int]) -> None:
+    """Refuse weights that do not match the engine's model: a key it does not have (a LoRA or
+    wrapped model's names, another architecture) or a parameter left out (`params`: data pointers
+    of its parameters; buffers may be left out). Skipping them silently would leave the engine
+    generating from stale weights while training goes on."""
+    unknown = [k for k in given if k not in own]
+    covered = {own[k].data_ptr() for k in given if k in own}
+    missing = [k for k, t in own.items() if t.data_ptr() in params and t.data_ptr() not in covered]
+    if unknown or missing:
+        parts = []
+        if unknown:
+            parts.append(f"{len(unknown)} the engine's model does not have (e.g. {', '.join(map(repr, unknown[:3]))})")
+        if missing:
+            parts.append(f"{len(missing)} of its parameters are missing (e.g. {', '.join(map(repr, missing[:3]))})")
+        raise ValueError("weights sent to the engine do not match its model: " + "; ".join(parts)
+                         + ". Send the full state dict of the same base model (LoRA merged: models.merged_state_dict).")
+
+
 class HFEngine:
     """Generate from a transformers model; `load_weights` syncs it from the trainer.
 
@@ -183,9 +201,13 @@ class HFEngine:
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         own = self.model.state_dict()
+        check_weight_keys(own, state_dict, {p.data_ptr() for p in self.model.parameters()})
         written: set[int] = set()  # tied weights appear under several keys: copy them once
         for k, v in state_dict.items():
-            if k in own and own[k].data_ptr() not in written:
+            if own[k].data_ptr() not in written:
+                if own[k].shape != v.shape:
+                    raise ValueError(f"weight {k!r} has shape {tuple(v.shape)}; the engine's model has "
+                                     f"{tuple(own[k].shape)}: the weights come from another model")
                 own[k].copy_(v)  # copy_ keeps this copy's memory layout
                 written.add(own[k].data_ptr())
         self.version = version

@@ -57,17 +57,38 @@ def _last_tag(text: str) -> str | None:
     return found[-1].strip() if found else None
 
 
+def _box_end(text: str, start: int, quotes: bool) -> int | None:
+    """Index of the brace closing a box opened just before `start`; with `quotes`, braces inside a
+    double-quoted string (a JSON answer: `\boxed{{"a": "}"}}`) are not counted."""
+    depth, quoted, i = 1, False, start
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"' and quotes:
+            quoted = True
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
 def _last_boxed(text: str) -> str | None:
     starts = [m.end() for m in _BOXED.finditer(text)]
     for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            if text[i] == "{":
-                depth += 1
-            elif text[i] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
+        # quote-aware first; a stray quote (5" for inches) leaves no closing brace, then count all braces
+        end = _box_end(text, start, quotes=True)
+        if end is None:
+            end = _box_end(text, start, quotes=False)
+        if end is not None:
+            return text[start:end].strip()
     return None
 
 

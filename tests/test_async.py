@@ -201,3 +201,58 @@ def test_a_worker_loads_weights_published_mid_round_and_tokens_carry_their_versi
         assert stats["version"] == 1 and stats["weight_updates"] == 2
         logprobs[keep_kv] = [o.logprobs for o in outs]
     assert logprobs[False] != logprobs[True]
+
+
+class _CancellingStore(_Store):
+    """Publishes nothing new; on its `at`-th question it cancels the worker (the run is stopping)."""
+
+    def __init__(self, v0, at):
+        super().__init__(v0, v0, after=10**9)
+        self.at, self.worker = at, None
+
+    def latest(self, loaded):
+        got = super().latest(loaded)
+        if self.asked == self.at:
+            self.worker.cancel()
+        return got
+
+
+def test_a_cancelled_in_process_worker_stops_at_its_next_chunk(tiny_model_dir):
+    """Ctrl-C (or an error) in the trainer of an asynchronous run with in-process workers cancels the
+    pool: the producer's batch in flight stops within distributed.weight_sync_tokens tokens instead
+    of running to its end while the user waits."""
+    from rollwise.distributed.pool import RolloutPool
+    from rollwise.distributed.worker import GenerationCancelled, WorkerSpec
+    from rollwise.models import load_model
+    from rollwise.planner.base import Request
+
+    v0 = load_model(str(tiny_model_dir)).state_dict()
+    cfg = build_config({"model": {"dtype": "float32"}, "rollout": {"engine": "continuous", "max_completion_length": 40},
+                        "distributed": {"async_training": True, "weight_sync_tokens": 4}})
+    spec = WorkerSpec(cfg, str(tiny_model_dir), [10**6], 0, {"a": [5, 6, 7]}, seed=0, set_threads=False)
+    store = _CancellingStore(v0, at=3)  # asked at start, before the round, then after the first chunk
+    pool = RolloutPool(spec, store)
+    store.worker = pool.workers[0]
+    with pytest.raises(GenerationCancelled):
+        pool.generate([Request("a", 2)])
+    assert store.asked == 3 and pool.step_tokens() == 0  # stopped after one chunk of the 80 tokens asked
+    store.worker.cancelled = False
+    out = pool.generate([Request("a", 2)])  # without the cancel the same round runs to its end
+    assert sum(len(o.response_ids) for o in out.groups["a"]) == 80
+
+
+def test_the_async_loop_cancels_its_pool_when_the_trainer_fails(tiny_model_dir, tmp_path, monkeypatch):
+    from rollwise.distributed import async_loop
+    from rollwise.distributed.pool import RolloutPool
+
+    cancelled = []
+    monkeypatch.setattr(RolloutPool, "cancel", lambda self: cancelled.append(True))
+
+    def fail(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(async_loop.Learner, "update", fail)
+    extra = ["eval.at_start=false", "eval.at_end=false", "distributed.async_training=true",
+             "distributed.max_staleness=1"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "stop", 4, extra)]) == 130  # Ctrl-C's code
+    assert cancelled  # the producer was working on batch 2 when the trainer failed on batch 1

@@ -236,6 +236,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
         gate.stop()
         progress.close()
         if producer.is_alive():
+            pool.cancel()  # a batch in flight is not needed: Ctrl-C or an error returns within a chunk, not a batch
             producer.join(timeout=None if d.backend == "local" else 5.0)
         pool.close()
         if started_ray:

@@ -158,6 +158,13 @@ class RolloutPool:
             for w, s in zip(self.workers, states):
                 w.load_state_dict(s)
 
+    def cancel(self) -> None:
+        """In-process workers stop at their next chunk boundary (the run is stopping; Ray's are killed
+        by `close`)."""
+        if self.backend != "ray":
+            for w in self.workers:
+                w.cancel()
+
     def close(self) -> None:
         if self.backend == "ray":
             import ray

@@ -34,6 +34,10 @@ class WorkerSpec:
     set_threads: bool = True  # False for in-process workers: the trainer owns this process's torch threads
 
 
+class GenerationCancelled(Exception):
+    """Raised at a chunk boundary in a worker the run has cancelled (it is stopping: Ctrl-C, an error)."""
+
+
 class RolloutWorker:
     def __init__(self, spec: WorkerSpec, store: Any) -> None:
         if spec.set_threads:
@@ -51,10 +55,18 @@ class RolloutWorker:
         self.loaded = -1
         self.weight_updates = 0
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.cancelled = False
         self.sync()
+
+    def cancel(self) -> None:
+        """Stop generating at the next chunk of `distributed.weight_sync_tokens` tokens (an in-process
+        worker, when the run stops: its batch would be thrown away, and Ctrl-C would wait for it)."""
+        self.cancelled = True
 
     def sync(self) -> bool:
         """Load the newest published weights, if newer than ours; True when it did."""
+        if self.cancelled:
+            raise GenerationCancelled("the run is stopping")
         got = self.store.latest(self.loaded)
         if got is None:
             return False

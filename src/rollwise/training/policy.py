@@ -132,7 +132,9 @@ class PolicyTrainer:
         )
         self.ref_model = None
         if cfg.algo.beta > 0 and not hasattr(model, "peft_config"):
-            self.ref_model = copy.deepcopy(model).to(self.dtype).eval()
+            # the policy's own weights (float32) run under the same autocast: at step 0 the two are
+            # identical; a bf16 copy differed (KL 7.5e-4 on SmolLM2-135M before any update)
+            self.ref_model = copy.deepcopy(model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
         if t.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):

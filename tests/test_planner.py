@@ -604,7 +604,25 @@ def test_token_budget_converts_and_carries() -> None:
     rounds, _ = run_step(pl, lambda u, r, k: 0.0, length=40)
     assert sum(n for rr in rounds for _, n in rr) == 8  # 10 rollouts -> 2 prompts of 4
     assert pl.token_carry == pytest.approx(0.0)  # spent 320 = budget
-    assert pl.length_estimate == pytest.approx(0.9 * 32 + 0.1 * 40)
+    assert pl.length_estimate == pytest.approx(40)  # the first step's mean replaces the guess
+    run_step(pl, lambda u, r, k: 0.0, length=20)
+    assert pl.length_estimate == pytest.approx((40 + 20) / 2)  # a plain mean until it weighs less than length_ema
+    for _ in range(20):
+        run_step(pl, lambda u, r, k: 0.0, length=20)
+    assert pl.length_estimate == pytest.approx(20, abs=1)  # then the EMA: weight 0.1
+
+
+def test_a_token_budget_holds_over_the_run_when_the_first_guess_is_far_off() -> None:
+    """The guess before any response is max_completion_length / 2; with 4096 and responses of 200
+    tokens a slow EMA from it kept each step's rollouts low for tens of steps, and the carry (at most
+    one budget) could not make up the difference: 30 steps spent 63% of their tokens."""
+    pl = build_planner(PlannerConfig(strategy="uniform", budget_tokens=12_800), [f"u{i}" for i in range(4000)],
+                       16, 8, 4096, 0)
+    spent = 0
+    for _ in range(30):
+        rounds, _ = run_step(pl, lambda u, r, k: 0.0, length=200)
+        spent += 200 * sum(n for rr in rounds for _, n in rr)
+    assert spent >= 0.95 * 30 * 12_800, spent / (30 * 12_800)
 
 
 def test_uniform_matches_the_original_planner() -> None:

@@ -246,7 +246,9 @@ class AlgoConfig(_Section):
     epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon).")
     epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28).")
     dual_clip: float | None = Field(None, gt=1, description="Dual-clip bound c for negative advantages (None = off).")
-    beta: float = Field(0.0, ge=0, description="KL coefficient against a frozen reference model (0 = none loaded).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient against a frozen reference model (0 = none "
+                      "loaded): a copy of the starting policy's weights, as large as the policy's (float32), run in "
+                      "model.dtype like the policy; with LoRA the base model with adapters off (no copy).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator used when beta > 0.")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
     mask_truncated_completions: bool = Field(False, description="Exclude samples cut at max_completion_length from the loss.")
@@ -419,7 +421,8 @@ class PlannerConfig(_Section):
     dars_schedule: Literal["et", "hw"] = Field(
         "et", description="DARS: extra-rollout schedule, et (equal treatment) or hw (hardness weighted)."
     )
-    length_ema: float = Field(0.1, gt=0, le=1, description="EMA weight of the response-length estimate used for token budgets.")
+    length_ema: float = Field(0.1, gt=0, le=1, description="EMA weight of the response-length estimate used for token budgets "
+                              "(the plain mean of the steps seen while 1/steps is larger).")
     revisit_cooldown: int = Field(
         0, ge=0, description="Steps after the one in which a prompt was trained on with a gradient during which it "
         "is not selected (0 = no limit, 1 = not in the very next step). Spreads training over more prompts: "

@@ -60,7 +60,8 @@ class ComposedPlanner:
         self.success_threshold = float(cfg.success_threshold)
         # planner.seed: the decisions' random stream apart from the data order (run.seed's)
         self.rng = np.random.default_rng([seed if cfg.seed is None else cfg.seed, 7919])
-        self.length_estimate = max_completion_length / 2
+        self.length_estimate = max_completion_length / 2  # a guess until responses are seen
+        self.length_steps = 0  # steps whose lengths the estimate holds
         self.token_carry = 0.0
         self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
@@ -239,8 +240,9 @@ class ComposedPlanner:
         self.allocator.after_step(self, st)
         self.repair.after_step(st)
         tokens, rollouts = st.generated_tokens, st.generated_rollouts
-        if rollouts:
-            a = float(self.cfg.length_ema)
+        if rollouts:  # a plain mean of the steps seen until 1/k < length_ema, then the EMA: the guess is
+            self.length_steps += 1  # replaced by the first step's lengths, not forgotten at 10% a step
+            a = max(float(self.cfg.length_ema), 1.0 / self.length_steps)
             self.length_estimate = (1 - a) * self.length_estimate + a * tokens / rollouts
         if self.budget_tokens is not None:
             self.token_carry = float(np.clip(self.token_carry + self.budget_tokens - tokens,
@@ -316,6 +318,7 @@ class ComposedPlanner:
             "allocator": self.allocator.state_dict(),
             "repair": self.repair.state_dict(),
             "length_estimate": self.length_estimate,
+            "length_steps": self.length_steps,
             "token_carry": self.token_carry,
             "trained_at": dict(self.trained_at),
             "trained_times": dict(self.trained_times),
@@ -335,6 +338,7 @@ class ComposedPlanner:
         self.allocator.load_state_dict(state["allocator"])
         self.repair.load_state_dict(state["repair"])
         self.length_estimate = float(state["length_estimate"])
+        self.length_steps = int(state.get("length_steps", 10**6))  # older checkpoints: the plain EMA
         self.token_carry = float(state["token_carry"])
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none
         # older checkpoints: each prompt trained on counts once

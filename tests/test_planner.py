@@ -106,6 +106,27 @@ def test_knapsack_allocator_respects_budget_and_bounds() -> None:
     assert len(ns) == 4
 
 
+def test_per_prompt_bounds_hold_for_unseen_prompts_and_a_short_budget() -> None:
+    """planner.min/max_samples_per_prompt bound every rolled-out prompt: an unseen prompt's n is
+    clipped into them, and when the budget cannot give every mixed prompt the minimum the most
+    valuable get it and the rest are not rolled out (1 sample each made groups that teach nothing)."""
+    for strategy in ("knapsack", "e3"):
+        ns = [q.n for q in make(strategy, pps=4, n=8, max_samples_per_prompt=4).begin_step(0)]
+        assert ns and max(ns) <= 4, (strategy, ns)
+    pl = make("knapsack", pps=4, n=4, min_observations=4, min_samples_per_prompt=3, budget_rollouts=7)
+    for i, u in enumerate(UIDS):
+        pl.estimator.update(pl.index[u], 1 + i % 3, 4)  # all mixed: p = 1/4, 2/4, 3/4
+    pl.allocator.cost_per_prompt = 1.0  # a cost estimate far too low: the selector takes too many prompts
+    ns = {q.uid: q.n for q in pl.begin_step(0)}
+    assert set(ns.values()) == {3} and len(ns) == 2, ns  # 7 // 3 prompts at the minimum, within the budget
+    # the value at 3 samples ranks p = 1/2 (0.094) over 1/4 (0.079) over 3/4 (0.026)
+    assert all(pl.estimator.mean(np.array([pl.index[u]]))[0] <= 0.5 for u in ns)
+    pl = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8, budget_rollouts=12, min_samples_per_prompt=6)
+    pl.allocator.cost_per_prompt = 3.0
+    ns = [q.n for q in pl.begin_step(0)]
+    assert ns == [8], ns  # E3's window starts at [n, n]: one prompt at its minimum, not 8 each over a budget of 12
+
+
 # ------------------------------------------------------------------ estimators
 
 

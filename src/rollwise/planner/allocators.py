@@ -95,14 +95,16 @@ class KnapsackAllocator(Allocator):
         p, cnt = pl.estimator.mean(idx), pl.estimator.count(idx)
         out = np.zeros(len(uids), dtype=np.int64)
         unseen = cnt < self.cfg.min_observations
-        out[unseen] = self.n
+        out[unseen] = min(max(self.n, self.min_n), self.max_n)
         left = int(budget - out.sum())
         zero, one = ~unseen & (p <= 1e-9), ~unseen & (p >= 1 - 1e-9)
         mixed = np.flatnonzero(~unseen & ~zero & ~one)
         out[zero | one] = self.min_n
         left -= self.min_n * int((zero | one).sum())
-        if left < self.min_n * len(mixed):  # over-committed: share what is left evenly
-            out[mixed] = max(1, left // max(len(mixed), 1))
+        if left < self.min_n * len(mixed):  # over-committed: the minimum to the most valuable that fit, none
+            fit = max(0, left // self.min_n)  # to the rest (a group smaller than the minimum, 1 sample, teaches nothing)
+            best = mixed[np.argsort(-informative_value(p[mixed], np.full(len(mixed), self.min_n)), kind="stable")]
+            out[best[:fit]] = self.min_n
             return out.tolist()
         need = np.array([max(self.min_n, needed_samples(float(p[i]), self.max_n)) for i in mixed], dtype=np.int64)
         if need.sum() <= left and zero.any():
@@ -210,8 +212,12 @@ class RankAllocator(Allocator):
         r = self.ranks[idx]
         self.min_n, self.max_n = self.window(epoch)
         m = len(uids)
-        if r.sum() <= 0 or budget < self.min_n * m:
-            return [self.n] * m
+        if budget < self.min_n * m:  # the minimum to the hardest that fit, none to the rest
+            out = np.zeros(m, dtype=np.int64)
+            out[np.argsort(-r, kind="stable")[: budget // self.min_n]] = self.min_n
+            return out.tolist()
+        if r.sum() <= 0:  # no ranks yet: n each (within the window and the budget)
+            return [min(max(min(self.n, budget // m), self.min_n), self.max_n)] * m
         spare = budget - self.min_n * m
         out = np.minimum(self.min_n + np.floor(spare * r / r.sum()).astype(np.int64), self.max_n)
         left = budget - int(out.sum())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -160,7 +161,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
                         "round); default: round by round.")
-    p.add_argument("--workers", type=int, default=1, help="Processes to run seeds in (default 1).")
+    p.add_argument("--workers", type=int, default=None,
+                   help="Processes to run seeds in (default: one per CPU core, at most --seeds); the results do not "
+                        "depend on it.")
     p.add_argument("--out", type=Path, default=Path("runs/simulate"),
                    help="Folder for curves.png, table.md and results.json (default runs/simulate).")
     p.add_argument("--quiet", action="store_true", help="Print only the table.")
@@ -225,6 +228,8 @@ def run_command(args: argparse.Namespace) -> int:
               "'uniform' row (no ':key=value'), or give --target", file=sys.stderr)
         return 2
     seeds = list(range(args.seed_offset, args.seed_offset + args.seeds))
+    if args.workers is None:
+        args.workers = min(os.cpu_count() or 1, len(seeds))
     t0 = time.perf_counter()
     results = {}
     from rich.progress import Progress
@@ -392,7 +397,7 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
     """The first argument outside its range, said plainly (None when all are fine)."""
     at_least_1 = ("seeds", "steps", "prompts_per_step", "num_generations", "pool", "eval_size", "max_len", "workers")
     for k in at_least_1:
-        if getattr(args, k) < 1:
+        if getattr(args, k) is not None and getattr(args, k) < 1:
             return f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}"
     if not 0 <= args.seed_offset < 2**32 - args.seeds:
         return f"--seed-offset must be in [0, 2**32 - --seeds), got {args.seed_offset}"

@@ -297,6 +297,12 @@ def test_a_planner_option_no_part_reads_is_a_config_error() -> None:
     assert cfg.planner.screen_growth == "eager"
     with pytest.raises(ConfigError, match="estimator_window=8 is read only by planner.estimator=window or last_visit"):
         build_config({"planner": {"estimator_window": 8}})  # adaptive's estimator is irt
+    # dapo rolls out and filters without reading its window estimator: the option would change only planner/brier
+    with pytest.raises(ConfigError, match="estimator_window shapes the estimator's belief.*strategy 'dapo'"):
+        build_config({"planner": {"strategy": "dapo", "estimator_window": 32}})
+    with pytest.raises(ConfigError, match="estimator=beta shapes the estimator's belief.*strategy 'uniform'"):
+        build_config({"planner": {"strategy": "uniform", "estimator": "beta"}})
+    assert build_config({"planner": {"strategy": "knapsack", "estimator_window": 32}}).planner.estimator_window == 32
     with pytest.raises(ConfigError, match="target_solve_rate=0.3 is read only by planner.selector=posterior with "
                                           "planner.selection_score=target; strategy 'adaptive' scores"):
         build_config({"planner": {"target_solve_rate": 0.3}})  # adaptive scores by expected signal

@@ -227,7 +227,7 @@ def test_planner_group_prior_option_turns_the_task_prior_on_and_off() -> None:
     uids = [f"gcd:{i}" for i in range(6)] + [f"sum:{i}" for i in range(6)]
     means = {}
     for on in (True, False):
-        pl = make("uniform", uids=uids, estimator="irt", group_prior=on)
+        pl = make("adaptive", uids=uids, group_prior=on)
         for i in range(5):
             pl.estimator.update(pl.index[f"gcd:{i}"], 0, 8)
             pl.estimator.update(pl.index[f"sum:{i}"], 4, 8)

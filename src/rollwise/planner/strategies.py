@@ -115,7 +115,15 @@ def unused_options(cfg: Any) -> str:
             return (f"planner.{key}={value} is read only by planner.{part}={' or '.join(names)}; strategy "
                     f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
     sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
-    if cfg.prior_counts and sel not in BELIEF_SELECTORS and alloc not in BELIEF_ALLOCATORS:
+    belief_read = sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS
+    shaping = [k for k, (p, _) in PART_OPTIONS.items() if p == "estimator" and getattr(cfg, k) != fields[k].default]
+    if not belief_read and (cfg.estimator or shaping):
+        what = f"planner.estimator={cfg.estimator}" if cfg.estimator else f"planner.{shaping[0]}"
+        return (f"{what} shapes the estimator's belief, which only selector {' or '.join(BELIEF_SELECTORS)} and "
+                f"allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector '{sel}', "
+                f"allocator '{alloc}') decides without it, so it would change only planner/brier (choose such a "
+                "part, or drop it)")
+    if cfg.prior_counts and not belief_read:
         return (f"planner.prior_counts starts the estimator, which only selector {' or '.join(BELIEF_SELECTORS)} "
                 f"and allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector "
                 f"'{sel}', allocator '{alloc}') decides without it (choose such a part, or drop prior_counts)")

@@ -62,7 +62,7 @@ def main() -> None:
                               record_topk=32)
     reqs = [GenerationRequest(p, MAX_NEW, 1.0) for p in ids[:8] for _ in range(args.samples)]
     olds = engine.generate(reqs)
-    engine.load_weights(new_sd, 1)
+    engine.load_weights(new_model.state_dict(), 1)  # every name, the tied head included
     fresh = engine.generate(reqs)
     verified = engine.verify([r.prompt_ids for r in reqs], olds, 1.0, 1.0, MAX_NEW)
     todo = [i for i, v in enumerate(verified) if not isinstance(v, GenerationOutput)]

@@ -182,6 +182,22 @@ def test_trainer_lr_follows_the_budget_it_is_given(tiny_model_dir):
     assert tr.update(samples, budget=(0.5, 0.7))["train/lr"] == pytest.approx(1e-3)
 
 
+def test_the_token_budget_decay_starts_where_warm_up_ends(tiny_model_dir):
+    """The decay runs over the budget left after warm-up: the tokens spent in warm-up are not decay
+    already done (with 20% spent in warm-up the rate fell from 1.0 to 0.8 in one update)."""
+    ov = ["model.dtype=float32", "train.learning_rate=1e-3", "train.warmup_steps=2", "train.lr_scheduler=linear",
+          "train.max_steps=100", "train.max_rollout_tokens=1000"]
+    tr = PolicyTrainer(load_config(None, ov), load_model(str(tiny_model_dir)), pad_id=0)
+    rates = []
+    for spent in (0.0, 0.1, 0.2, 0.6):  # two warm-up updates, then the first two of the decay
+        rates.append(tr._apply_lr(spent))
+        tr.scheduler.step()
+    assert rates == pytest.approx([5e-4, 1e-3, 1e-3, 5e-4])  # (0.6 - 0.2) / (1 - 0.2) of the decay done
+    again = PolicyTrainer(load_config(None, ov), load_model(str(tiny_model_dir)), pad_id=0)
+    again.load_state_dict(tr.state_dict())  # a resumed run keeps where its decay began
+    assert again._apply_lr(0.8) == pytest.approx(tr._apply_lr(0.8)) == pytest.approx(2.5e-4)
+
+
 # ---------------------------------------------------------------- off-policy corrections
 
 NO_CLIP = "train.max_grad_norm=1e9"  # the captured gradients are taken after clipping: keep it out of the way

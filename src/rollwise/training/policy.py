@@ -126,7 +126,10 @@ class PolicyTrainer:
         )
         total_updates = t.max_steps * cfg.algo.num_iterations
         self._budget_spent = 0.0  # fraction of train.max_rollout_tokens spent, set by update()
-        spent = (lambda: self._budget_spent) if t.max_rollout_tokens is not None else None
+        # the fraction spent when the decay began (end of warm-up): the decay runs over the rest of the
+        # budget, so the tokens of the warm-up do not count as decay already done (a jump in the rate)
+        self._decay_from: float | None = 0.0 if t.warmup_steps == 0 else None
+        spent = self._decay_spent if t.max_rollout_tokens is not None else None
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(t.warmup_steps, total_updates, t.lr_scheduler, spent)
         )
@@ -143,11 +146,20 @@ class PolicyTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and scheduler state (the weights are checkpointed separately)."""
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "decay_from": self._decay_from}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        past_warmup = self.scheduler.last_epoch > self.cfg.train.warmup_steps
+        # older checkpoints: the decay counted from the run's first token
+        self._decay_from = state.get("decay_from", 0.0 if past_warmup else self._decay_from)
+
+    def _decay_spent(self) -> float:
+        """The share of the token budget left at the end of warm-up that has been spent since."""
+        start = self._decay_from or 0.0
+        return max(0.0, (self._budget_spent - start) / max(1.0 - start, 1e-12))
 
     # ------------------------------------------------------------------ advantages
     def compute_advantages(self, samples: list[Sample]) -> dict[str, float]:
@@ -175,6 +187,8 @@ class PolicyTrainer:
     def _apply_lr(self, spent: float) -> float:
         """Set this update's learning rate from the schedule with the token budget `spent` so far."""
         self._budget_spent = spent
+        if self._decay_from is None and self.scheduler.last_epoch >= self.cfg.train.warmup_steps:
+            self._decay_from = spent  # the first update after warm-up
         f = self.scheduler.lr_lambdas[0]
         for g, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
             g["lr"] = base * f(self.scheduler.last_epoch)

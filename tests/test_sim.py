@@ -511,14 +511,16 @@ def test_report_panels_cover_the_planner_metrics() -> None:
         {"step": 1, "rollout/reward_mean": 0.1, "rollout/tokens_total": 10.0, "planner/effective_ratio": 0.5,
          "planner/all_wrong_share": 0.5, "planner/all_correct_share": 0.0, "planner/samples_per_prompt": [2, 8, 8],
          "planner/task_share/gcd": 0.25, "planner/task_share/sum": 0.75, "planner/prompts_trained": 3.0,
-         "planner/revisit_share": 0.5},
+         "planner/revisit_share": 0.5, "rollout/frac_zero_std_groups": 0.0},
         {"step": 2, "rollout/reward_mean": 0.2, "rollout/tokens_total": 20.0, "planner/samples_per_prompt": [16]},
     ]
     panels = {title: (kind, data) for title, kind, data in panels_of(hist)}
     assert panels["samples per prompt (every step)"] == ("hist", [2, 8, 8, 16])
     kind, data = panels["share of rollouts per task"]
     assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
-    assert [label for label, _ in panels["groups with equal rewards"][1]] == ["all wrong", "all correct"]
+    # all wrong / all correct count successes; with partial credit no group need have equal rewards
+    assert [label for label, _ in panels["groups with no success / all successes"][1]] == ["all wrong", "all correct"]
+    assert panels["groups with equal rewards (rollout/frac_zero_std_groups)"] == ("line", [("", [(1, 0.0)])])
     assert "estimator's Brier score" not in panels  # no panel for a metric the run never logged
     assert panels["effective ratio"] == ("line", [("of rollouts generated", [(1, 0.5)])])
     hist[1].update({"planner/brier": 0.2, "planner/effective_ratio_trained": 0.6})

@@ -27,7 +27,8 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
             out.append((title, "line", [("", [(h["step"], h[key]) for h in evals if key in h])]))
     for title, keys in (("effective ratio", (("of rollouts generated", "planner/effective_ratio"),
                                               ("of samples trained", "planner/effective_ratio_trained"))),
-                        ("rollout/frac_zero_std_groups", (("", "rollout/frac_zero_std_groups"),)),
+                        ("groups with equal rewards (rollout/frac_zero_std_groups)",
+                         (("", "rollout/frac_zero_std_groups"),)),
                         ("estimator's Brier score", (("every prompt rolled out", "planner/brier"),
                                                      ("prompts seen before", "planner/brier_seen"),
                                                      ("bias (predicted - seen)", "planner/prediction_bias")))):
@@ -35,8 +36,11 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         if lines:
             out.append((title, "line", lines))
     if any("planner/all_wrong_share" in h for h in steps):
-        out.append(("groups with equal rewards", "line", [("all wrong", series("planner/all_wrong_share")),
-                                                         ("all correct", series("planner/all_correct_share"))]))
+        # by successes (reward >= planner.success_threshold): with partial credit a group can be all
+        # "wrong" with unequal rewards; rollout/frac_zero_std_groups is the equal-reward share
+        out.append(("groups with no success / all successes", "line",
+                    [("all wrong", series("planner/all_wrong_share")),
+                     ("all correct", series("planner/all_correct_share"))]))
     if any("planner/revisit_share" in h for h in steps):
         out.append(("gradient groups on prompts trained before", "line",
                     [("", series("planner/revisit_share"))]))

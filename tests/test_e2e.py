@@ -574,3 +574,16 @@ def test_resume_refuses_items_rebuilt_differently(tiny_model_dir, tmp_path, monk
     monkeypatch.undo()
     assert main(["train", "--resume", str(run), "train.max_steps=3"]) == 0
     assert [r["step"] for r in _train_lines(run)] == [1, 2, 3]
+
+
+def test_the_reward_worker_starts_during_setup(tiny_model_dir, tmp_path, monkeypatch):
+    """Its start-up (seconds of imports) belongs to time/setup_s: started at the first score it was
+    booked into the first step's time/reward_s and time/step_s, on every start and resume."""
+    from rollwise.rewards.runner import RewardRunner
+
+    running = []
+    score = RewardRunner.score
+    monkeypatch.setattr(RewardRunner, "score", lambda self, *a: (running.append(self._conn is not None),
+                                                                 score(self, *a))[1])
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "r", 1, ["eval.at_start=false", "eval.at_end=false"])]) == 0
+    assert running and running[0]

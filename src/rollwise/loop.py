@@ -319,6 +319,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than "
                               f"data.max_prompt_length={cfg.data.max_prompt_length} tokens (chat template included); "
                               "raise data.max_prompt_length or check data.tasks")
+        runner.start()  # its start-up counts in time/setup_s, not in the first step's time/reward_s
     except BaseException:
         runner.close()
         raise

@@ -126,7 +126,7 @@ class RewardRunner:
     """Scores batches with the weighted sum of `cfg.functions`; see the module docstring.
 
     Unknown or unimportable functions raise ConfigError here, before any model loads. The
-    worker starts on the first `score` call; `close()` (or `with`) stops it.
+    worker starts on `start()` or the first `score` call; `close()` (or `with`) stops it.
     """
 
     def __init__(self, cfg: RewardConfig) -> None:
@@ -193,6 +193,14 @@ class RewardRunner:
         if self._finalizer is not None:
             self._finalizer()  # runs _stop once
         self._proc, self._conn, self._finalizer = None, None, None
+
+    def start(self) -> None:
+        """Start the worker now rather than at the first `score`: a run's setup then includes its
+        start-up (seconds: it imports the reward functions' modules) instead of its first step's
+        time/reward_s, and a function that fails to import in it stops the run before the model loads."""
+        with self._lock:
+            if self._conn is None:
+                self._start()
 
     def close(self) -> None:
         """Stop the worker (a later `score` starts a new one)."""

@@ -20,14 +20,14 @@ def result(rollouts, accuracy, effective=0, generated=1):
     return RunResult("x", 0, r, r, np.array(accuracy), effective, generated, 0.0, 0.0, 0, float(r[-1]))
 
 
-def test_share_interpolates_to_uniforms_final_and_marks_never():
+def test_share_is_where_uniforms_final_is_first_reached_and_marks_never():
     base = {0: result([0, 50, 100], [0.1, 0.2, 0.3]), 1: result([0, 100], [0.1, 0.5])}
-    # seed 0 reaches 0.3 a third of the way from 0.1 to 0.4 between 0 and 30 rollouts: 20 of 100
+    # seed 0 is at 0.4 >= 0.3 after its first step, which ends at 30 rollouts: 30 of 100
     arm = {0: result([0, 30, 100], [0.1, 0.4, 0.4]), 1: result([0, 100], [0.1, 0.45])}
     sh = reach.shares(arm, base)
-    assert sh[0] == pytest.approx(0.2) and np.isnan(sh[1])
+    assert sh[0] == pytest.approx(0.3) and np.isnan(sh[1])
     assert reach.share_text(sh) == "never (1/2)"
-    assert reach.share_text(sh[:1]) == "0.20"
+    assert reach.share_text(sh[:1]) == "0.30"
 
 
 def test_target_needs_every_seed_a_third_and_effective_ratio():

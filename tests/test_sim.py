@@ -12,7 +12,7 @@ import pytest
 
 from rollwise.planner import Request
 from rollwise.sim.command import parse_strategy, register
-from rollwise.sim.report import bootstrap, first_reach, summarize
+from rollwise.sim.report import GRID, bootstrap, curve, first_reach, summarize
 from rollwise.sim.runner import RunResult, RunSpec, play_step, run_many, run_one
 from rollwise.sim.world import SimParams, World
 
@@ -265,14 +265,18 @@ def test_overlapped_run_spends_the_same_budget_and_reports_latency() -> None:
     assert 0.5 < share <= 1.0
 
 
-def test_uniform_latency_share_is_one_when_its_last_step_overshoots_the_budget() -> None:
-    """Under a token budget uniform's last step overshoots the total; its own target is its accuracy
-    at the total, so its latency share is 1, not the overshot run's (it once read 0.95)."""
+def test_the_step_that_crosses_the_budget_gives_no_credit() -> None:
+    """Under a token budget the last step overshoots the total (22 here). Its update needed tokens
+    past the budget, so the run's accuracy at the total is the one after the last step inside it
+    (0.3, not 0.36 interpolated), and uniform reaches that, its own target, when that step ends:
+    at 20 of 22 tokens, 10 of its 11 time units."""
     x = np.array([0.0, 10.0, 20.0, 25.0])
     over = RunResult("uniform", 0, x, x, np.array([0.1, 0.2, 0.3, 0.4]), 5, 10, 0.2, 0.1, 0, 22.0,
                      latency=np.array([0.0, 5.0, 10.0, 12.5]))
     s = summarize({"uniform": [over]}, "tokens", None)["uniform"]
-    assert s["latency_share"].mean == pytest.approx(1.0) and s["reach_share"].mean == pytest.approx(1.0)
+    assert s["final"].mean == pytest.approx(0.3)
+    assert s["reach_share"].mean == pytest.approx(20 / 22) and s["latency_share"].mean == pytest.approx(10 / 11)
+    assert curve(over, "tokens")[GRID // 2] == pytest.approx(0.2)  # at 11 tokens: after step 1, not 0.21
 
 
 def test_token_budget_run() -> None:
@@ -292,21 +296,22 @@ def fake(strategy: str, seed: int, acc: list[float]) -> RunResult:
     return RunResult(strategy, seed, x, x * 100, np.array(acc), 5, 10, 0.2, 0.1, 0, float(x[-1]))
 
 
-def test_first_reach_interpolates_and_summary_pairs_seeds() -> None:
+def test_first_reach_is_the_end_of_the_first_step_at_target_and_summary_pairs_seeds() -> None:
     r = fake("x", 0, [0.1, 0.3, 0.5])
-    assert first_reach(r, "rollouts", 0.4) == pytest.approx(15.0)
+    assert first_reach(r, "rollouts", 0.4) == pytest.approx(20.0)  # the step that got there ends at 20
+    assert first_reach(r, "rollouts", 0.3) == pytest.approx(10.0)
     assert math.isnan(first_reach(r, "rollouts", 0.9))
-    # the last step overshoots the budget (token budgets): the accuracy interpolated at the
-    # budget, uniform's own target, is reached at the budget, not "never"
+    # the last step overshoots the budget (token budgets): uniform's own target, its accuracy at the
+    # budget, is that of the last step inside it, reached when that step ended, not "never"
     # (seed 7 of `rollwise simulate --unit tokens`, where rounding once made it "never")
     x = np.array([14193972.0, 14278663.0, 14385571.0])
     acc = np.array([0.3544055605116394, 0.355833951172303, 0.358287687847312])
     over = RunResult("uniform", 7, x, x, acc, 5, 10, 0.2, 0.1, 0, 14384100.0)
-    assert first_reach(over, "rollouts", float(np.interp(14384100.0, x, acc))) == pytest.approx(14384100.0)
+    assert first_reach(over, "rollouts", float(curve(over, "rollouts")[-1])) == pytest.approx(14278663.0)
     res = {"uniform": [fake("uniform", 0, [0.1, 0.2, 0.4]), fake("uniform", 1, [0.1, 0.2, 0.3])],
            "fast": [fake("fast", 0, [0.1, 0.4, 0.5]), fake("fast", 1, [0.1, 0.5, 0.5])]}
     s = summarize(res, "rollouts", None)
-    assert s["fast"]["reach"].mean == pytest.approx((10.0 + 5.0) / 2)  # targets .4 and .3
+    assert s["fast"]["reach"].mean == pytest.approx(10.0)  # targets .4 and .3, both at the end of step 1
     assert s["fast"]["effective"].mean == 0.5
     with pytest.raises(ValueError, match="target"):
         summarize({"fast": res["fast"]}, "rollouts", None)

@@ -52,26 +52,26 @@ def spend(r: RunResult, unit: str) -> np.ndarray:
 
 
 def curve(r: RunResult, unit: str) -> np.ndarray:
-    """Held-out accuracy on a common grid of 0..total budget."""
+    """Held-out accuracy on a common grid of 0..total budget: at x, the accuracy after the last step
+    whose rollouts (tokens) were all spent by x. A step's update needs all of them, so accuracy is
+    not interpolated inside a step; the step that crosses the total gives no credit (DAPO's
+    back-fill steps spend 3x a step's budget)."""
     x = np.linspace(0.0, r.budget_total, GRID)
-    return np.interp(x, spend(r, unit), r.accuracy)
+    spent = spend(r, unit)
+    idx = np.searchsorted(spent, x * (1 + 1e-9), side="right") - 1  # rounding at the total: that step counts
+    return np.asarray(r.accuracy)[np.maximum(idx, 0)]
 
 
 def first_reach(r: RunResult, unit: str, target: float) -> float:
-    """Budget spent when held-out accuracy first reaches `target` (interpolated); NaN if never
-    within the run's budget."""
+    """Budget spent by the end of the first step after which held-out accuracy reaches `target`; NaN
+    if no step within the run's budget reaches it."""
     x, acc = spend(r, unit), r.accuracy
     hit = np.flatnonzero(acc >= target)
     if len(hit) == 0:
         return float("nan")
-    j = int(hit[0])
-    if j == 0:
-        return 0.0
-    x0, x1, a0, a1 = x[j - 1], x[j], acc[j - 1], acc[j]
-    reach = x0 + (x1 - x0) * (target - a0) / max(a1 - a0, 1e-12)
-    total = r.budget_total
+    reach, total = float(x[int(hit[0])]), r.budget_total
     # uniform reaches its own final accuracy exactly at the budget: allow rounding there
-    return float(min(reach, total)) if reach <= total * (1 + 1e-9) else float("nan")
+    return min(reach, total) if reach <= total * (1 + 1e-9) else float("nan")
 
 
 def summarize(results: dict[str, list[RunResult]], unit: str, target: float | None) -> dict[str, dict[str, Stat]]:

@@ -70,7 +70,11 @@ def test_fit_tells_a_hard_world_from_an_easy_one_and_keeps_a_given_unsolvable_sh
     assert hard.unsolvable == 0.0 and hard.lr_unsolvable is not None and hard.lr_unsolvable <= 2.71
     fixed = fit_world(_draw(SimParams(n_train=600, skill0=-2.0, difficulty_sd=0.8, unsolvable=0.0), 1)[1],
                       unsolvable=0.2)
-    assert fixed.unsolvable == 0.2 and fixed.unsolvable_given
+    assert fixed.unsolvable == 0.2 and fixed.unsolvable_given and fixed.other_branch is None
+    # the fit with a free share, the branch the test turned down, is kept for the printout: the SEs hold
+    # only given the test's choice, and the two branches can differ by several of them
+    k0, spread, u = hard.other_branch
+    assert u > 0.0 and k0 >= hard.skill0 - 1e-6
     assert fixed.skill0 > hard.skill0  # a fifth unsolvable explains some all-wrong groups: the rest look easier
 
 

@@ -442,6 +442,11 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
+    if fit.other_branch is not None:
+        k0, sp, u = fit.other_branch
+        print(f"  a zero rate and a hard tail explain all-wrong groups alike: with unsolvable {u:.3f} instead the fit "
+              f"has skill0 {k0:.2f}, spread {sp:.2f}; the SEs above hold only given the choice made here "
+              "(simulate both worlds if they differ)")
     lr_used = (f"--lr {args.lr}" if args.law != "saturating" else
                f"not used by --law saturating, which keeps --lr {args.lr}")
     if fit.learning is not None and fit.growth is None:

@@ -70,10 +70,11 @@ def test_load_weights_refuses_unknown_missing_or_misshaped_weights(tiny_model_di
     partial = {k: v for k, v in sd.items() if "layers.0." not in k}
     with pytest.raises(ValueError, match="parameters are missing"):
         eng.load_weights(partial, version=1)
-    k0 = next(k for k, v in sd.items() if v.dim() == 2)
+    k0 = [k for k, v in sd.items() if v.dim() == 2][-1]  # the last key: earlier ones must not be copied either
+    before = {k: v.clone() for k, v in eng.model.state_dict().items()}
     with pytest.raises(ValueError, match="shape"):
-        eng.load_weights({**sd, k0: sd[k0][:, :-1]}, version=1)
-    assert eng.version == 0
+        eng.load_weights({**{k: v + 1 for k, v in sd.items()}, k0: sd[k0][:, :-1]}, version=1)
+    assert eng.version == 0 and all(torch.equal(v, before[k]) for k, v in eng.model.state_dict().items())
     eng.load_weights(sd, version=2)  # the full state dict (tied weights under two names) is accepted
     assert eng.version == 2
 

@@ -123,8 +123,21 @@ def test_per_prompt_bounds_hold_for_unseen_prompts_and_a_short_budget() -> None:
     assert all(pl.estimator.mean(np.array([pl.index[u]]))[0] <= 0.5 for u in ns)
     pl = make("e3", uids=["a", "b", "c", "d"], pps=4, n=8, budget_rollouts=12, min_samples_per_prompt=6)
     pl.allocator.cost_per_prompt = 3.0
-    ns = [q.n for q in pl.begin_step(0)]
-    assert ns == [8], ns  # E3's window starts at [n, n]: one prompt at its minimum, not 8 each over a budget of 12
+    reqs = pl.begin_step(0)
+    assert [q.n for q in reqs] == [8]  # E3's window starts at [n, n]: one prompt at its minimum, not 8 each over 12
+    pl.observe([GroupResult(q.uid, [1.0] * q.n, [10] * q.n) for q in reqs])
+    pl.end_step()
+    assert pl.metrics()["planner/skipped_prompts"] == 3  # 4 selected, 1 rolled out
+    # a budget below one minimum group still rolls one out: with none, a token budget's length estimate never
+    # learns and every later step stays as short (an audit's e3 run rolled out nothing in 10 steps)
+    for strategy in ("e3", "knapsack"):
+        extra = {"min_observations": 1} if strategy == "knapsack" else {}  # knapsack: seen prompts are mixed
+        pl = make(strategy, uids=["a", "b", "c", "d"], pps=4, n=8, budget_rollouts=5, **extra)
+        for step in range(3):
+            reqs = pl.begin_step(step)
+            assert reqs and min(q.n for q in reqs) >= 2, (strategy, step, [q.n for q in reqs])
+            pl.observe([GroupResult(q.uid, [float(k % 2) for k in range(q.n)], [10] * q.n) for q in reqs])
+            pl.end_step()
 
 
 # ------------------------------------------------------------------ estimators

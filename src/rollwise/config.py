@@ -717,6 +717,11 @@ def unused_settings(cfg: Config) -> list[str]:
         out.append(f"distributed.max_staleness={d.max_staleness} lets batches be sampled up to {d.max_staleness} "
                    "versions before the trainer's weights, and algo.offpolicy_correction=recompute trains every token "
                    "as on-policy; set algo.offpolicy_correction=decoupled (or tis) to correct for it")
+    from rollwise.planner.strategies import belief_unread  # no config import
+
+    unread = belief_unread(cfg.planner)
+    if unread:
+        out.append(unread)
     rewards = cfg.reward.functions
     if all(":" not in r.name for r in rewards):  # built-in functions score in [0, 1]; a user's may not
         top = sum(max(r.weight, 0.0) for r in rewards)

@@ -319,7 +319,6 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than "
                               f"data.max_prompt_length={cfg.data.max_prompt_length} tokens (chat template included); "
                               "raise data.max_prompt_length or check data.tasks")
-        runner.start()  # its start-up counts in time/setup_s, not in the first step's time/reward_s
     except BaseException:
         runner.close()
         raise
@@ -396,6 +395,13 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         set_aside_earlier_best(run_dir)
     # a fresh start keeps no metrics of an earlier one in the folder (-1: none), a resume those up to its checkpoint
     run.tracker = Tracker(run_dir, cfg.run.tensorboard, truncate_after_step=run.start_step if ckpt else -1)
+    # the reward worker last (a setup error before this leaves none running): its start-up counts in
+    # time/setup_s, not in the first step's time/reward_s
+    try:
+        run.runner.start()
+    except BaseException:
+        run.tracker.close()
+        raise
     run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
     if dropped:
         run.tracker.log(run.start_step, {"data/dropped_long_prompts": float(len(dropped))})

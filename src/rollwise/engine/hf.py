@@ -152,6 +152,10 @@ def check_weight_keys(own: dict[str, torch.Tensor], given: dict[str, torch.Tenso
     unknown = [k for k in given if k not in own]
     covered = {own[k].data_ptr() for k in given if k in own}
     missing = [k for k, t in own.items() if t.data_ptr() in params and t.data_ptr() not in covered]
+    for k, v in given.items():  # every shape before any copy: a refused update leaves the engine as it was
+        if k in own and own[k].shape != v.shape:
+            raise ValueError(f"weight {k!r} has shape {tuple(v.shape)}; the engine's model has "
+                             f"{tuple(own[k].shape)}: the weights come from another model")
     if unknown or missing:
         parts = []
         if unknown:
@@ -205,9 +209,6 @@ class HFEngine:
         written: set[int] = set()  # tied weights appear under several keys: copy them once
         for k, v in state_dict.items():
             if own[k].data_ptr() not in written:
-                if own[k].shape != v.shape:
-                    raise ValueError(f"weight {k!r} has shape {tuple(v.shape)}; the engine's model has "
-                                     f"{tuple(own[k].shape)}: the weights come from another model")
                 own[k].copy_(v)  # copy_ keeps this copy's memory layout
                 written.add(own[k].data_ptr())
         self.version = version

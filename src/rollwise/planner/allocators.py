@@ -103,6 +103,8 @@ class KnapsackAllocator(Allocator):
         left -= self.min_n * int((zero | one).sum())
         if left < self.min_n * len(mixed):  # over-committed: the minimum to the most valuable that fit, none
             fit = max(0, left // self.min_n)  # to the rest (a group smaller than the minimum, 1 sample, teaches nothing)
+            if fit == 0 and not out.any():
+                fit = 1  # a budget below one minimum group still rolls out one (else no step would ever run)
             best = mixed[np.argsort(-informative_value(p[mixed], np.full(len(mixed), self.min_n)), kind="stable")]
             out[best[:fit]] = self.min_n
             return out.tolist()
@@ -212,9 +214,9 @@ class RankAllocator(Allocator):
         r = self.ranks[idx]
         self.min_n, self.max_n = self.window(epoch)
         m = len(uids)
-        if budget < self.min_n * m:  # the minimum to the hardest that fit, none to the rest
-            out = np.zeros(m, dtype=np.int64)
-            out[np.argsort(-r, kind="stable")[: budget // self.min_n]] = self.min_n
+        if budget < self.min_n * m:  # the minimum to the hardest that fit (at least one: else no step would
+            out = np.zeros(m, dtype=np.int64)  # ever run, as its length estimate never learns), none to the rest
+            out[np.argsort(-r, kind="stable")[: max(1, budget // self.min_n)]] = self.min_n
             return out.tolist()
         if r.sum() <= 0:  # no ranks yet: n each (within the window and the budget)
             return [min(max(min(self.n, budget // m), self.min_n), self.max_n)] * m

@@ -161,7 +161,8 @@ class ComposedPlanner:
         means = self.estimator.mean(idx)
         reqs = []
         for uid, i, n, s, m in zip(uids, idx, counts, seen, means):
-            if n <= 0:
+            if n <= 0:  # selected, but the allocator had no samples for it: skipped this time
+                st.skipped += 1
                 continue
             st.groups[uid] = Group(uid, int(i))
             if uid not in st.predicted:  # a follow-up round's request keeps the step's first prediction

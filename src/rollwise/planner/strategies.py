@@ -101,6 +101,25 @@ def screen_allocator(cfg: Any) -> bool:
     return part(cfg, "allocator") == "screen"
 
 
+def belief_unread(cfg: Any) -> str:
+    """Why a PlannerConfig's estimator setting changes only planner/brier ("" if a part reads it):
+    `planner.estimator` or an estimator option on a strategy whose selector and allocator decide
+    without the belief. A warning, not an error: runs made so are resumed, and comparing estimators'
+    Brier scores under one selection is a use."""
+    preset = PRESETS.get(cfg.strategy, {})
+    sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
+    if sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS:
+        return ""
+    fields = type(cfg).model_fields
+    shaping = [k for k, (p, _) in PART_OPTIONS.items() if p == "estimator" and getattr(cfg, k) != fields[k].default]
+    if not (cfg.estimator or shaping):
+        return ""
+    what = f"planner.estimator={cfg.estimator}" if cfg.estimator else f"planner.{shaping[0]}"
+    return (f"{what} shapes the estimator's belief, which only selector {' or '.join(BELIEF_SELECTORS)} and allocator "
+            f"{' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector '{sel}', allocator '{alloc}') "
+            "decides without it, so it changes only planner/brier")
+
+
 def unused_options(cfg: Any) -> str:
     """Why a PlannerConfig sets, to other than its default, an option that none of the parts of
     its planner reads ("" if it does not): such an option would be accepted and ignored."""
@@ -116,13 +135,6 @@ def unused_options(cfg: Any) -> str:
                     f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
     sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
     belief_read = sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS
-    shaping = [k for k, (p, _) in PART_OPTIONS.items() if p == "estimator" and getattr(cfg, k) != fields[k].default]
-    if not belief_read and (cfg.estimator or shaping):
-        what = f"planner.estimator={cfg.estimator}" if cfg.estimator else f"planner.{shaping[0]}"
-        return (f"{what} shapes the estimator's belief, which only selector {' or '.join(BELIEF_SELECTORS)} and "
-                f"allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector '{sel}', "
-                f"allocator '{alloc}') decides without it, so it would change only planner/brier (choose such a "
-                "part, or drop it)")
     if cfg.prior_counts and not belief_read:
         return (f"planner.prior_counts starts the estimator, which only selector {' or '.join(BELIEF_SELECTORS)} "
                 f"and allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector "

@@ -442,7 +442,8 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
-    if fit.other_branch is not None:
+    if fit.other_branch is not None and (abs(fit.other_branch[0] - fit.skill0) >= 0.01
+                                         or abs(fit.other_branch[2] - fit.unsolvable) >= 0.001):
         k0, sp, u = fit.other_branch
         print(f"  a zero rate and a hard tail explain all-wrong groups alike: with unsolvable {u:.3f} instead the fit "
               f"has skill0 {k0:.2f}, spread {sp:.2f}; the SEs above hold only given the choice made here "

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("items", nargs="*", metavar="[CONFIG.yaml] [KEY=VALUE ...]")
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint; KEY=VALUE overrides (a larger "
                    "train.max_steps, a smaller train.micro_batch_size) change its settings, each change said and kept "
-                   "in RUN_DIR/environment.json; data.*, run.seed, model.name_or_path, model.lora.enabled/r/target_modules, "
+                   "in RUN_DIR/environment.json; data.*, run.seed, model.name_or_path, model.lora.enabled/r/alpha/target_modules, "
                    "planner.strategy, run.name and run.output_dir cannot change")
     t.set_defaults(func=cmd_train)
 

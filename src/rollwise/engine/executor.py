@@ -270,8 +270,7 @@ class RolloutExecutor:
         return int(self._step.get("generated_tokens", 0.0))
 
     def _request(self, r: Request) -> GenerationRequest:
-        return GenerationRequest(self.prompt_ids[r.uid], r.max_new_tokens or self.max_new_tokens,
-                                 r.temperature or self.temperature)
+        return GenerationRequest(self.prompt_ids[r.uid], r.max_new_tokens or self.max_new_tokens, self.temperature)
 
     def drop_stale(self) -> None:
         """Drop carried samples whose oldest token is more than retention_limit versions old."""

@@ -25,12 +25,12 @@ import numpy as np
 
 @dataclass
 class Request:
-    """Roll out prompt `uid` `n` times (optionally with its own length cap and temperature)."""
+    """Roll out prompt `uid` `n` times (optionally with its own length cap). No temperature of its own:
+    the trainer scores every sample at rollout.temperature, so another one would bias the ratios."""
 
     uid: str
     n: int
     max_new_tokens: int | None = None
-    temperature: float | None = None
 
 
 @dataclass

@@ -7,10 +7,12 @@ from rollwise.config import PlannerConfig
 from rollwise.planner import GroupResult, build_planner
 
 for steps in (10, 30):
-    pl = build_planner(PlannerConfig(strategy="uniform", budget_tokens=12_800), [f"u{i}" for i in range(4000)], 16, 8, 4096, 0)
+    uids = [f"u{i}" for i in range(4000)]
+    pl = build_planner(PlannerConfig(strategy="uniform", budget_tokens=12_800), uids, 16, 8, 4096, 0)
     spent = 0
     for s in range(steps):
         reqs = pl.begin_step(s)
-        pl.observe([GroupResult(q.uid, [0.0] * q.n, [200] * q.n) for q in reqs]); pl.end_step()
+        pl.observe([GroupResult(q.uid, [0.0] * q.n, [200] * q.n) for q in reqs])
+        pl.end_step()
         spent += 200 * sum(q.n for q in reqs)
     print(f"{steps} steps: {spent / (steps * 12_800):.2f} of the budget")

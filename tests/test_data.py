@@ -332,3 +332,17 @@ def test_a_task_with_mostly_wrong_gold_answers_still_gets_its_items(caplog) -> N
         train, evals = build_items(DataConfig(tasks=[spec], train_size=1000, eval_size=20), seed=0)
     assert len(train) == 1000 and len(evals) == 20
     assert not [r for r in caplog.records if "only" in r.getMessage()]
+
+
+def test_repeated_training_questions_are_named_per_task() -> None:
+    from rollwise.data.tasks import repeated_questions_note
+    from rollwise.types import PromptItem
+
+    def items(task: str, questions: list[str]) -> list[PromptItem]:
+        return [PromptItem(f"{task}:train:{i}", task, q, "1", {}) for i, q in enumerate(questions)]
+
+    few = items("lcm", ["a", "a", "a", "b", "c"])  # 3 distinct of 5: below 0.8
+    many = items("gcd", ["a", "b", "c", "d", "d"])  # 4 of 5: kept quiet
+    note = repeated_questions_note(few + many)
+    assert note is not None and "lcm 3 of 5" in note and "gcd" not in note
+    assert repeated_questions_note(many) is None

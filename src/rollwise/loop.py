@@ -30,6 +30,7 @@ from rollwise.config import (
     unused_settings,
 )
 from rollwise.data import build_items, encode_prompts
+from rollwise.data.tasks import repeated_questions_note
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine
@@ -308,6 +309,9 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     try:
         train_items, eval_items = build_items(cfg.data, cfg.run.seed)
         asks = f"{cfg.data.system_prompt or ''}\n{cfg.data.instruction}"  # what the prompt asks for, either place
+        repeats = repeated_questions_note(train_items)
+        if repeats:
+            print(f"rollwise: note: {repeats}", file=sys.stderr)
         note = multiline_answers_note(train_items + eval_items, asks, cfg.reward.functions[0].name)
         if note:
             print(f"rollwise: warning: {note}", file=sys.stderr)

@@ -172,6 +172,22 @@ def wrong_gold(item: PromptItem) -> bool:
         return True
 
 
+def repeated_questions_note(items: list[PromptItem], share: float = 0.8) -> str | None:
+    """A note naming the tasks whose training items repeat questions (fewer than `share` distinct):
+    reasoning-gym draws independently from a question space that can be small (the default lcm's 800
+    items hold about 260 questions). Each repeat is its own prompt to the planner, with its own belief."""
+    by_task: dict[str, list[str]] = {}
+    for it in items:
+        by_task.setdefault(it.task, []).append(it.question)
+    low = [(t, len(set(q)), len(q)) for t, q in by_task.items() if len(set(q)) < share * len(q)]
+    if not low:
+        return None
+    told = ", ".join(f"{t} {d} of {n}" for t, d, n in low)
+    return (f"training items that repeat a question (distinct questions: {told}); each repeat is a prompt of its own "
+            "to the planner, with its own belief. A small question space does this; widen the task's parameters for "
+            "more distinct questions")
+
+
 def _rg_item(task: TaskSpec, label: str, split: str, index: int, entry: dict[str, Any]) -> PromptItem:
     return PromptItem(
         uid=f"{label}:{split}:{index}", task=task.name, question=str(entry["question"]),

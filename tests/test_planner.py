@@ -828,7 +828,19 @@ def test_screen_eager_growth_stops_at_the_tasks_share() -> None:
         pl.estimator.update(pl.index[u], 20, 40)
     rounds, _ = run_step(pl, lambda u, r, k: float(u.startswith("x") and k % 2 == 1))
     assert rounds[1:] == [[("x:1", 8)]]
-    assert pl.metrics()["planner/growth_capped"] == 4.0 + 12.0
+    # refused by the share: x:1's other 4, and of x:2's 12 the 8 the budget had left (the rest the budget refused)
+    assert pl.metrics()["planner/growth_capped"] == 4.0 + 8.0
+
+
+def test_growth_the_budget_refuses_is_not_counted_as_capped_by_the_task_share() -> None:
+    """With one task its share is the whole budget, so whatever growth is refused, the budget refused:
+    planner/growth_capped stays 0 (it counted 20 rollouts here, the allocation being the same with
+    stratify_rollouts off)."""
+    uids = [f"q{i}" for i in range(200)]
+    mixed = set(uids[::3])
+    pl = build_planner(PlannerConfig(strategy="adaptive", stratify_rollouts=True), uids, 6, 8, 64, 0)
+    rounds, _ = run_step(pl, lambda u, r, k: float(u in mixed and k % 2 == 0))
+    assert len(rounds) > 1 and pl.metrics()["planner/growth_capped"] == 0.0
 
 
 def test_screen_next_step_rolls_a_surprising_probe_out_in_full_next_step() -> None:

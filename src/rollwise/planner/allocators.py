@@ -326,16 +326,18 @@ class ScreenAllocator(Allocator):
             if not (size >= self.n and g.informative):
                 continue
             add, t = min(self.max_n - g.n if eager else self.stage, self.max_n - size), task_of(g.uid) if stratify else ""
+            # growth_capped counts only what the task's share refused and the budget would have given
             if eager:  # as much of the growth as the budget and the task's share allow
                 room = int(cap[t] - used[t]) if stratify else add
-                grant = max(0, min(add, left - reserve, room))
-                if stratify and room < add:
-                    self.capped.setdefault(g.uid, add - max(room, 0))
-            elif stratify and used[t] + add > cap[t]:  # growth stops at the task's share
-                self.capped.setdefault(g.uid, add)
-                grant = 0
+                affordable = max(0, min(add, left - reserve))
+                grant = max(0, min(affordable, room))
+                if stratify and affordable > grant:
+                    self.capped.setdefault(g.uid, affordable - grant)
             else:
                 grant = add if 0 < add <= left - reserve else 0
+                if stratify and grant and used[t] + add > cap[t]:  # growth stops at the task's share
+                    self.capped.setdefault(g.uid, add)
+                    grant = 0
             if grant > 0:
                 asked[g.uid] = asked.get(g.uid, 0) + grant
                 left -= grant

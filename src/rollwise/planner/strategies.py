@@ -101,23 +101,28 @@ def screen_allocator(cfg: Any) -> bool:
     return part(cfg, "allocator") == "screen"
 
 
+def _belief_unread_by(cfg: Any) -> str:
+    """"" when a part of a PlannerConfig's planner reads the estimator's belief, else the sentence that
+    says none does (for the messages about options that shape or start the belief)."""
+    sel, alloc = part(cfg, "selector"), part(cfg, "allocator")
+    if sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS:
+        return ""
+    return (f"which only selector {' or '.join(BELIEF_SELECTORS)} and allocator {' or '.join(BELIEF_ALLOCATORS)} "
+            f"read; strategy '{cfg.strategy}' (selector '{sel}', allocator '{alloc}') decides without it")
+
+
 def belief_unread(cfg: Any) -> str:
     """Why a PlannerConfig's estimator setting changes only planner/brier ("" if a part reads it):
     `planner.estimator` or an estimator option on a strategy whose selector and allocator decide
     without the belief. A warning, not an error: runs made so are resumed, and comparing estimators'
     Brier scores under one selection is a use."""
-    preset = PRESETS.get(cfg.strategy, {})
-    sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
-    if sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS:
-        return ""
     fields = type(cfg).model_fields
     shaping = [k for k, (p, _) in PART_OPTIONS.items() if p == "estimator" and getattr(cfg, k) != fields[k].default]
-    if not (cfg.estimator or shaping):
+    unread = _belief_unread_by(cfg) if cfg.estimator or shaping else ""
+    if not unread:
         return ""
     what = f"planner.estimator={cfg.estimator}" if cfg.estimator else f"planner.{shaping[0]}"
-    return (f"{what} shapes the estimator's belief, which only selector {' or '.join(BELIEF_SELECTORS)} and allocator "
-            f"{' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector '{sel}', allocator '{alloc}') "
-            "decides without it, so it changes only planner/brier")
+    return f"{what} shapes the estimator's belief, {unread}, so it changes only planner/brier"
 
 
 def unused_options(cfg: Any) -> str:
@@ -134,11 +139,9 @@ def unused_options(cfg: Any) -> str:
             return (f"planner.{key}={value} is read only by planner.{part}={' or '.join(names)}; strategy "
                     f"'{cfg.strategy}' uses {part} '{used}' (choose planner.{part}, or drop {key})")
     sel, alloc = cfg.selector or preset.get("selector"), cfg.allocator or preset.get("allocator")
-    belief_read = sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS
-    if cfg.prior_counts and not belief_read:
-        return (f"planner.prior_counts starts the estimator, which only selector {' or '.join(BELIEF_SELECTORS)} "
-                f"and allocator {' or '.join(BELIEF_ALLOCATORS)} read; strategy '{cfg.strategy}' (selector "
-                f"'{sel}', allocator '{alloc}') decides without it (choose such a part, or drop prior_counts)")
+    unread = _belief_unread_by(cfg) if cfg.prior_counts else ""
+    if unread:
+        return f"planner.prior_counts starts the estimator, {unread} (choose such a part, or drop prior_counts)"
     score = cfg.selection_score or preset.get("score", "target")
     if cfg.target_solve_rate != fields["target_solve_rate"].default and (sel != "posterior" or score != "target"):
         why = f"scores candidates by '{score}'" if sel == "posterior" else f"uses selector '{sel}'"

@@ -78,6 +78,27 @@ def test_fit_tells_a_hard_world_from_an_easy_one_and_keeps_a_given_unsolvable_sh
     assert fixed.skill0 > hard.skill0  # a fifth unsolvable explains some all-wrong groups: the rest look easier
 
 
+def test_the_unsolvable_shares_profile_interval_holds_the_truth_where_the_test_picks_the_wrong_branch() -> None:
+    # a world with 30% unsolvable: the interval holds the share and leaves out none
+    p = SimParams(n_train=600, skill0=-1.0, difficulty_sd=1.0, unsolvable=0.3)
+    fit = fit_world(_draw(p, 5, sizes=(8,))[1])
+    lo, hi = fit.unsolvable_interval
+    assert 0.0 < lo < 0.3 < hi < 0.6 and lo <= fit.unsolvable <= hi, fit.unsolvable_interval
+    assert fit.skill0_range[0] <= fit.skill0 <= fit.skill0_range[1]
+    # a wider world with few prompts: the test keeps no share, its SE does not hold the true level, and
+    # the interval (which reaches 0.3) and the range of skill0 across it do
+    p = SimParams(n_train=200, skill0=-1.0, difficulty_sd=2.5, unsolvable=0.3)
+    w, visits = _draw(p, 1, sizes=(8,))
+    fit = fit_world(visits)
+    level = p.skill0 - w.b[: p.n_train].mean()
+    assert fit.unsolvable == 0.0 and abs(fit.skill0 - level) > 1.96 * fit.se_skill0, (fit.skill0, level)
+    lo, hi = fit.unsolvable_interval
+    assert lo == 0.0 and 0.3 < hi < 0.9, fit.unsolvable_interval
+    assert fit.skill0_range[0] < level < fit.skill0_range[1], (fit.skill0_range, level)
+    # a given share has no interval
+    assert fit_world(visits, unsolvable=0.2).unsolvable_interval is None
+
+
 def _run_dir(tmp_path, groups_by_step: dict[int, list[list]], scale=(4, 4, 40, 500)):
     d = tmp_path / "run"
     d.mkdir()
@@ -138,6 +159,8 @@ def test_simulate_fit_end_to_end(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "fitted to" in text and "first visits of 150 prompts in steps 1-5" in text
     assert "the same world without the run: rollwise simulate --skill0" in text
+    assert "the unsolvable share's 95% profile-likelihood interval is [0.000, " in text
+    assert "skill0 runs" in text and "the SEs above hold only at the share chosen" in text
     data = json.loads((out / "results.json").read_text())
     assert data["fit"]["groups"] == 150 and data["fit"]["fit_steps"] == 5
     prm = data["params"]

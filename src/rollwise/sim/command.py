@@ -442,12 +442,13 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
-    if fit.other_branch is not None and (abs(fit.other_branch[0] - fit.skill0) >= 0.01
-                                         or abs(fit.other_branch[2] - fit.unsolvable) >= 0.001):
-        k0, sp, u = fit.other_branch
-        print(f"  a zero rate and a hard tail explain all-wrong groups alike: with unsolvable {u:.3f} instead the fit "
-              f"has skill0 {k0:.2f}, spread {sp:.2f}; the SEs above hold only given the choice made here "
-              "(simulate both worlds if they differ)")
+    if fit.unsolvable_interval is not None:
+        (lo, hi), (k_lo, k_hi), (s_lo, s_hi) = fit.unsolvable_interval, fit.skill0_range, fit.spread_range
+        print(f"  a zero rate and a hard tail explain all-wrong groups alike: the unsolvable share's 95% profile-likelihood "
+              f"interval is [{lo:.3f}, {hi:.3f}], and across it skill0 runs {k_lo:.2f} to {k_hi:.2f} and the spread "
+              f"{s_lo:.2f} to {s_hi:.2f}; the SEs above hold only at the share chosen"
+              + (f" (to simulate the other end, rerun with --unsolvable {hi if fit.unsolvable - lo < hi - fit.unsolvable else lo:.2f} "
+                 "added)" if hi - lo >= 0.05 else ""))
     lr_used = (f"--lr {args.lr}" if args.law != "saturating" else
                f"not used by --law saturating, which keeps --lr {args.lr}")
     if fit.learning is not None and fit.growth is None:

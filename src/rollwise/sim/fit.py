@@ -86,6 +86,11 @@ class WorldFit:
     # rate and a hard tail explain all-wrong groups alike, so the two can differ by several SEs, which
     # are conditional on the test's choice
     other_branch: tuple[float, float, float] | None = None
+    # the 95% profile-likelihood interval of u (the shares whose best fit is within LR_PROFILE of the best
+    # overall), and what skill0 and the spread are across it: honest where the two branches trade off
+    unsolvable_interval: tuple[float, float] | None = None
+    skill0_range: tuple[float, float] | None = None
+    spread_range: tuple[float, float] | None = None
 
     @property
     def skill0(self) -> float:
@@ -161,6 +166,10 @@ def run_scale(run_dir: str | Path) -> dict[str, int]:
 # 2 * log-likelihood gain that a free unsolvable share must bring over none to be kept: the 5% critical
 # value of the boundary likelihood-ratio test (a 50:50 mixture of chi2(0) and chi2(1))
 LR_CRITICAL = 2.71
+# 2 * log-likelihood drop that bounds the 95% profile-likelihood interval of u (chi2(1) at 95%)
+LR_PROFILE = 3.84
+# the shares of unsolvable prompts the profile is computed at (the interval's ends are interpolated between them)
+PROFILE_GRID = tuple(round(0.05 * i, 2) for i in range(19))  # 0 .. 0.9
 
 
 def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: float | None = None,
@@ -190,7 +199,40 @@ def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: floa
         best.lr_growth = lr_g
     if unsolvable is None:
         best.unsolvable_given, best.lr_unsolvable, best.other_branch = False, lr_u, alternative
+        _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None,
+                            max(free.loglik, none.loglik, best.loglik))
     return best
+
+
+def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: float, min_groups: int,
+                        growth: bool, loglik_max: float) -> None:
+    """Fill best's 95% profile-likelihood interval of u: the shares u whose best fit (every other
+    parameter refitted, growth as in `best`) is within LR_PROFILE / 2 of the best log-likelihood, the
+    ends interpolated linearly between PROFILE_GRID's points, and the range of skill0 and of the spread
+    over the grid points inside and the two ends. The likelihood-ratio test picks one branch; the interval says how far the
+    data let u (and with it skill0) move, which the SEs, conditional on u, do not."""
+    fits = [_fit(visits, discrimination, u, min_groups, growth) for u in PROFILE_GRID]
+    lls = [f.loglik for f in fits]
+    top = max(loglik_max, *lls)
+    inside = [2.0 * (top - ll) <= LR_PROFILE for ll in lls]
+    if not any(inside):  # the best share lies between grid points and both neighbours fall outside
+        i = int(np.argmax(lls))
+        inside[i] = True
+    idx = [i for i, ok in enumerate(inside) if ok]
+
+    def edge(i: int, j: int) -> float:  # where the profile crosses the cut between grid points i (in) and j (out)
+        d_i, d_j = 2.0 * (top - lls[i]) - LR_PROFILE, 2.0 * (top - lls[j]) - LR_PROFILE
+        t = d_i / (d_i - d_j) if d_j != d_i else 0.0
+        return float(PROFILE_GRID[i] + min(max(t, 0.0), 1.0) * (PROFILE_GRID[j] - PROFILE_GRID[i]))
+
+    lo = PROFILE_GRID[0] if idx[0] == 0 else edge(idx[0], idx[0] - 1)
+    hi = PROFILE_GRID[-1] if idx[-1] == len(PROFILE_GRID) - 1 else edge(idx[-1], idx[-1] + 1)
+    lo, hi = min(lo, best.unsolvable), max(hi, best.unsolvable)
+    best.unsolvable_interval = (lo, hi)
+    ends = [_fit(visits, discrimination, u, min_groups, growth) for u in (lo, hi) if u not in PROFILE_GRID]
+    k0s = [fits[i].skill0 for i in idx] + [f.skill0 for f in ends] + [best.skill0]
+    sps = [fits[i].spread for i in idx] + [f.spread for f in ends] + [best.spread]
+    best.skill0_range, best.spread_range = (min(k0s), max(k0s)), (min(sps), max(sps))
 
 
 def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, min_groups: int,

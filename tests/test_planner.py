@@ -881,6 +881,66 @@ def test_screen_next_step_carries_only_what_the_budget_holds() -> None:
     assert [(q.uid, q.n) for q in pl.begin_step(1)][0] == ("d", 4)
 
 
+def test_screen_next_step_charges_carried_groups_to_the_step_budget() -> None:
+    # budget 8 with probes costing 2 a prompt: the carried full group (4) leaves 4 rollouts, so 2
+    # fresh prompts, not the 3 more that the whole budget's 4 prompts would have left room for
+    pl = screen_variant(8, screen_followup="next_step")
+    pl.allocator.cost_per_prompt = 2.0
+    pl.allocator.pending = ["a"]
+    reqs = pl.begin_step(0)
+    assert (reqs[0].uid, reqs[0].n) == ("a", 4) and len(reqs) == 3, reqs
+    # the cost a fresh prompt is planned at leaves the carried groups out: two 2-sample probes keep it at 2
+    fresh = {q.uid: q.n for q in reqs[1:]}
+    pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+    pl.end_step()
+    assert pl.allocator.cost_per_prompt == pytest.approx(0.8 * 2.0 + 0.2 * sum(fresh.values()) / len(fresh))
+
+
+def test_screen_next_step_does_not_roll_a_waiting_prompt_out_twice() -> None:
+    # b waits for budget while a is carried; the selector then rolls b out fresh this step (a probe that
+    # agrees with its belief), so b leaves the queue instead of getting a full group next step as well
+    pl = make("uniform", uids=["a", "b"], pps=2, n=4, estimator="beta", allocator="screen", budget_rollouts=6,
+              screen_followup="next_step")
+    pl.allocator.pending = ["a", "b"]
+    reqs = pl.begin_step(0)
+    assert [(q.uid, q.n) for q in reqs] == [("a", 4), ("b", 2)]
+    pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+    pl.end_step()
+    assert pl.allocator.pending == []
+
+
+def test_screen_next_step_queue_holds_at_most_one_steps_full_groups() -> None:
+    # budget 8, n 4: two full groups a step. c and a are carried (they fill the budget) and d waits
+    pl = screen_variant(8, screen_followup="next_step")
+    pl.allocator.pending = ["c", "a", "d"]
+    rounds, _ = run_step(pl, lambda u, r, k: 0.0)
+    assert rounds[0] == [("c", 4), ("a", 4)]
+    assert pl.allocator.pending == ["d"] and pl.metrics()["planner/followups_dropped"] == 0.0
+    # five waiting: two are carried, and of the three left one step holds two: the oldest (d) is dropped,
+    # and counted in the step that dropped it
+    pl.allocator.pending = ["c", "a", "d", "b", "a2"]
+    rounds, _ = run_step(pl, lambda u, r, k: 0.0)
+    assert rounds[0] == [("c", 4), ("a", 4)]
+    assert pl.allocator.pending == ["b", "a2"] and pl.metrics()["planner/followups_dropped"] == 1.0
+    # a step budget below one full group can serve no follow-up: nothing waits for good
+    small = screen_variant(3, screen_followup="next_step")
+    small.allocator.pending = ["zz"]
+    small.begin_step(0)
+    small.end_step()
+    assert small.allocator.pending == [] and small.metrics()["planner/followups_dropped"] == 1.0
+
+
+def test_a_next_step_queue_is_not_replayed_after_resuming_with_same_step() -> None:
+    pl = screen_variant(100, screen_followup="next_step")
+    pl.allocator.pending = ["a", "d"]
+    same = screen_variant(100)  # screen_followup=same_step, resumed from that checkpoint
+    same.load_state_dict(json.loads(json.dumps(pl.state_dict())))
+    for _ in range(2):
+        rounds, _ = run_step(same, screen_reward)
+        assert ("a", 4) not in rounds[0] and ("d", 4) not in rounds[0], rounds  # a and d are probed as usual
+    assert same.allocator.pending == [] and "planner/carried" not in same.metrics()
+
+
 def steps_with_mixed_rewards(pl, steps: int, length_of=lambda uid: 10) -> list[tuple[set[str], set[str]]]:
     """Run `steps` steps in which every group is informative (rewards alternate 1, 0, ...) and uid u's
     samples are length_of(u) tokens long; per step the prompts requested and the prompts trained on."""

@@ -60,16 +60,20 @@ class Allocator:
         selector chooses the rest."""
         return []
 
-    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
-        """Hook after each step; fixed allocators keep no state."""
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> dict[str, float] | None:
+        """Hook after each step; fixed allocators keep no state. May return metrics of what it decided
+        (added to the step's metrics)."""
 
     def metrics(self) -> dict[str, float]:
         """The step's allocator metrics (read before after_step)."""
         return {}
 
-    def _track_cost(self, st: StepState) -> None:
-        if st.groups:
-            spent = st.generated_rollouts / len(st.groups)
+    def _track_cost(self, st: StepState, skip: set[str] | None = None) -> None:
+        """Move cost_per_prompt toward this step's rollouts per prompt, leaving out the groups in `skip`
+        (carried ones, which are charged to the budget before the selector plans)."""
+        groups = [g for u, g in st.groups.items() if u not in skip] if skip else list(st.groups.values())
+        if groups:
+            spent = sum(g.n for g in groups) / len(groups)
             self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent
 
     def state_dict(self) -> dict[str, Any]:
@@ -294,8 +298,9 @@ class ScreenAllocator(Allocator):
 
     def carried(self, budget: int) -> list[str]:
         """next_step: the surprising probes of earlier steps, oldest first, as many full groups as
-        the budget holds; the rest wait for a later step."""
-        self.carried_now = self.pending[: budget // self.n]
+        the budget holds; the rest wait for a later step. None with same_step (a queue loaded from a
+        next_step checkpoint is not replayed)."""
+        self.carried_now = self.pending[: budget // self.n] if self.deferred else []
         return list(self.carried_now)
 
     def more(self, pl: ComposedPlanner, st: StepState) -> list[Request]:
@@ -363,23 +368,34 @@ class ScreenAllocator(Allocator):
             m["planner/carried"] = float(len(self.carried_now))
         return m
 
-    def after_step(self, pl: ComposedPlanner, st: StepState) -> None:
+    def after_step(self, pl: ComposedPlanner, st: StepState) -> dict[str, float] | None:
+        out = None
         if self.deferred:
-            waiting = self.pending[len(self.carried_now):]
+            # a waiting prompt the selector rolled out this step has its new evidence: it leaves the queue
+            # (and comes back below if its new probe surprised too)
+            waiting = [u for u in self.pending[len(self.carried_now):] if u not in st.groups]
             new = [g.uid for g in st.groups.values()
                    if g.uid in self.believed_easy and g.n < self.n and self.surprised(g)]
-            self.pending = waiting + [u for u in new if u not in set(waiting)]
+            queue = waiting + [u for u in new if u not in set(waiting)]
+            # at most one step's full groups wait: older follow-ups are stale, and a step budget below a
+            # full group could never serve one
+            dropped = max(0, len(queue) - st.budget // self.n)
+            self.pending = queue[dropped:]
+            self._track_cost(st, skip=set(self.carried_now))
             self.carried_now = []
+            out = {"planner/followups_dropped": float(dropped)}
+        else:
+            self._track_cost(st)
         self.believed_easy.clear()
         self.capped.clear()
-        self._track_cost(st)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "pending": list(self.pending)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.pending = list(state.get("pending", []))
+        self.pending = list(state.get("pending", [])) if self.deferred else []
 
 
 ALLOCATORS: dict[str, type[Allocator]] = {

@@ -147,9 +147,12 @@ class ComposedPlanner:
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
         self._st = st
-        k = self.allocator.prompts_for(budget)
+        # groups an allocator carries from an earlier step (screen_followup=next_step) come first and are
+        # charged to the budget; the selector's prompts are planned on what they leave
         first = self._request([u for u in self.allocator.carried(budget) if u in self.index], st)
-        uids = self.selector.select(self, max(0, k - len(first)), st) if k > len(first) else []
+        left = budget - st.used_rollouts
+        k = self.allocator.prompts_for(left) if left > 0 else 0
+        uids = self.selector.select(self, k, st) if k > 0 else []
         return first + self._request(uids, st)
 
     def _request(self, uids: list[str], st: StepState) -> list[Request]:
@@ -238,7 +241,7 @@ class ComposedPlanner:
                 self.mean_length[g.uid] = g.tokens / g.n
         self.estimator.after_step()
         self.selector.after_step(self, st)
-        self.allocator.after_step(self, st)
+        self._metrics.update(self.allocator.after_step(self, st) or {})  # metrics of its own bookkeeping
         self.repair.after_step(st)
         tokens, rollouts = st.generated_tokens, st.generated_rollouts
         if rollouts:  # a plain mean of the steps seen until 1/k < length_ema, then the EMA: the guess is

@@ -24,6 +24,7 @@ from rollwise.config import ConfigError, build_config
 from rollwise.planner import STRATEGIES
 from rollwise.sim.fit import (
     LR_CRITICAL,
+    PROFILE_GRID,
     Visit,
     WorldFit,
     first_visits,
@@ -90,7 +91,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "tasks' spread, the unsolvable share, the learning rate and a growth of the spread; several runs "
                    "(seeds of one setup: the same prompts per step and group size) are fitted together. The first "
                    "run's config gives prompts per step, group size, steps and pool unless those flags are given. "
-                   "Drift, transfer and the length model stay the simulator's (docs/planner.md).")
+                   "The unsolvable share also gets a 95%% profile-likelihood interval, with skill0 and the spread "
+                   "across it. Drift, transfer and the length model stay the simulator's (docs/planner.md).")
     p.add_argument("--fit-steps", type=int, default=None,
                    help="With --fit: fit to the prompts first rolled out in steps 1..K (default: every step).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
@@ -445,7 +447,7 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
     if fit.unsolvable_interval is not None:
         (lo, hi), (k_lo, k_hi), (s_lo, s_hi) = fit.unsolvable_interval, fit.skill0_range, fit.spread_range
         print(f"  a zero rate and a hard tail explain all-wrong groups alike: the unsolvable share's 95% profile-likelihood "
-              f"interval is [{lo:.3f}, {hi:.3f}], and across it skill0 runs {k_lo:.2f} to {k_hi:.2f} and the spread "
+              f"interval is [{lo:.3f}, {hi:.3f}{' or more' if hi >= PROFILE_GRID[-1] else ''}], and across it skill0 runs {k_lo:.2f} to {k_hi:.2f} and the spread "
               f"{s_lo:.2f} to {s_hi:.2f}; the SEs above hold only at the share chosen"
               + (f" (to simulate the other end, rerun with --unsolvable {hi if fit.unsolvable - lo < hi - fit.unsolvable else lo:.2f} "
                  "added)" if hi - lo >= 0.05 else ""))

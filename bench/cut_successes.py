@@ -56,10 +56,27 @@ def run_row(run: Path) -> dict:
     return row
 
 
+def _ranks(v: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank."""
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    r[order] = np.arange(1, len(v) + 1)
+    for val in np.unique(v):
+        tied = v == val
+        r[tied] = r[tied].mean()
+    return r
+
+
 def _rank_corr(x: list[float], y: list[float]) -> float:
-    if len(x) < 3:
+    """Spearman's rank correlation (ties at their mean rank) over the pairs with neither value NaN;
+    NaN for fewer than 3 such pairs or a constant side."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = ~(np.isnan(xa) | np.isnan(ya))
+    if keep.sum() < 3:
         return float("nan")
-    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    rx, ry = _ranks(xa[keep]), _ranks(ya[keep])
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
     return float(np.corrcoef(rx, ry)[0, 1])
 
 

@@ -25,7 +25,6 @@ run; `--keep-checkpoints` keeps them).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -35,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+
+from rollwise.tracking import read_metrics
 
 STRATEGIES = ("uniform", "adaptive")
 
@@ -65,7 +66,9 @@ def train(out: Path, seed: int, variant: str, keep_checkpoints: bool = False, al
 
 
 def result(run_dir: Path) -> dict | None:
-    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+    """The finished run's figures; None for a run that has not finished (a kill may leave a line cut short,
+    which read_metrics skips)."""
+    rows = read_metrics(run_dir)
     evals = [r for r in rows if "eval/accuracy" in r]
     steps = [r for r in rows if "time/step_s" in r]
     if len(evals) < 2 or not steps or not finished(run_dir, steps[-1]):
@@ -85,8 +88,9 @@ def finished(run_dir: Path, last: dict) -> bool:
 
 
 def find_run(folders: list[Path], name: str) -> Path | None:
-    """The first of `folders` holding the finished run `name` (metrics.jsonl present)."""
-    return next((f / name for f in folders if (f / name / "metrics.jsonl").is_file()), None)
+    """The first of `folders` holding the run `name` finished (an unfinished one in an earlier folder does
+    not hide a finished one in a later)."""
+    return next((f / name for f in folders if (f / name / "metrics.jsonl").is_file() and result(f / name)), None)
 
 
 def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, also: list[Path] = (),
@@ -117,7 +121,8 @@ def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, 
                f"{second} - {first} {100 * statistics.mean(diffs):+.1f}")
     if len(diffs) > 1:
         se = 100 * statistics.stdev(diffs) / len(diffs) ** 0.5
-        summary += (f" (SE {se:.1f}, {100 * statistics.mean(diffs) / se:.1f} SE; mean - 2 SE "
+        ratio = f"{100 * statistics.mean(diffs) / se:.1f} SE" if se > 0 else "the same difference on every seed"
+        summary += (f" (SE {se:.1f}, {ratio}; mean - 2 SE "
                     f"{100 * statistics.mean(diffs) - 2 * se:+.1f}), {second} ahead on "
                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")
     summary += (f"\nrollout tokens {second} / {first}: mean {statistics.mean(ratios):.2f} ({min(ratios):.2f}-"

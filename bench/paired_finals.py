@@ -18,11 +18,29 @@ import statistics
 import sys
 from pathlib import Path
 
+import yaml
+
 from rollwise.tracking import read_metrics
 
 
 def final_accuracy(run: Path) -> float:
     return [r["eval/accuracy"] for r in read_metrics(run) if "eval/accuracy" in r][-1]
+
+
+def finished(run: Path) -> bool:
+    """The run ended, so its last evaluation is its final one: bench/planner.py wrote its curve.json, or
+    it logged train.max_steps steps or generated its train.max_rollout_tokens (config.yaml). A killed
+    run's last evaluation is a mid-run one."""
+    if (run / "curve.json").is_file():
+        return True
+    if not (run / "config.yaml").is_file():
+        return False
+    cfg = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("train") or {}
+    steps = [r for r in read_metrics(run, warn=False) if "rollout/tokens_total" in r]
+    if not steps:
+        return False
+    cap = cfg.get("max_rollout_tokens")
+    return steps[-1]["step"] >= cfg.get("max_steps", 40) or (cap is not None and steps[-1]["rollout/tokens_total"] >= cap)
 
 
 def paired(diffs: list[float]) -> tuple[float, float]:
@@ -48,6 +66,10 @@ def main(argv: list[str]) -> int:
             a = args.first / f"{arm}-seed{seed}"
             b = args.second / f"{args.against or arm}-seed{seed}"
             if not ((a / "metrics.jsonl").exists() and (b / "metrics.jsonl").exists()):
+                continue
+            if not (finished(a) and finished(b)):
+                print(f"(seed {seed} of {arm} left out: {' and '.join(str(d) for d in (a, b) if not finished(d))} "
+                      "did not finish)", file=sys.stderr)
                 continue
             fa, fb = final_accuracy(a), final_accuracy(b)
             by_arm.setdefault(arm, {})[seed] = 100 * (fa - fb)

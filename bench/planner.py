@@ -28,8 +28,12 @@ Writes bench/out/planner/{results.json,curves.png,mean-curves.png,table.md} (wit
 or --seeds in --report: the same names ending in -selection, so a subset never overwrites the
 full report). The table has one row per
 strategy (means over seeds) and a paired summary against uniform over the seeds both ran:
-the mean difference in final accuracy with its standard error, the share of uniform's
-tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share),
+the mean difference in accuracy at uniform's tokens with its standard error (a run stopped by
+the token budget ends with the step that crosses it, so its own last evaluation comes after
+tokens uniform never had; it is read at uniform's total, linear between the evaluations on either
+side), the share of uniform's
+tokens each seed needed to reach uniform's final accuracy ("never" counts as above any share, and
+so does reaching it only past uniform's tokens),
 and the share on the mean curve: where the strategy's accuracy, averaged over seeds against
 tokens as a share of each seed's uniform run, first reaches uniform's mean final accuracy (95%
 interval from resampling seeds; mean-curves.png shows those curves).
@@ -119,6 +123,22 @@ def fmt_share(x: float) -> str:
     return "never" if not x <= 1 else f"{x:.2f}"
 
 
+def at_tokens(points: list, total: float) -> float:
+    """A run's held-out accuracy at `total` rollout tokens (uniform's budget): linear between the
+    evaluations on either side. A run stopped by a token budget ends with the step that crosses it, so
+    its last evaluation lies past uniform's total; reading it there would credit tokens uniform never
+    had. A run that ended before `total` keeps its last evaluation."""
+    xs, ys = zip(*points)
+    return float(np.interp(total, xs, ys)) if xs[-1] > total else float(ys[-1])
+
+
+def share_to_reach(points: list, target: float, total: float) -> float:
+    """Rollout tokens at the first evaluation at or above target, as a share of `total`; inf where that
+    is never, or only past `total` (the step that crossed the budget)."""
+    t = tokens_to_reach(points, target)
+    return float("inf") if t is None or t > total * (1 + 1e-9) else t / total
+
+
 def run(args: argparse.Namespace, out: Path) -> None:
     # uniform runs first: its tokens are the others' budget, unless --tokens gives one
     strategies = list(args.strategies) if args.tokens else ["uniform"] + [s for s in args.strategies if s != "uniform"]
@@ -167,17 +187,20 @@ def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
     both = sorted(s for s in seeds if s in uni)
     if not both:
         return None
-    diff = [seeds[s]["points"][-1][1] - uni[s]["points"][-1][1] for s in both]
+    # at uniform's tokens: a budgeted run's last evaluation comes after the step that crossed them
+    diff = [at_tokens(seeds[s]["points"], uni[s]["points"][-1][0]) - uni[s]["points"][-1][1] for s in both]
     mean_diff, se = mean_se(diff)
-    shares = []
-    for s in both:
-        t = tokens_to_reach(seeds[s]["points"], uni[s]["points"][-1][1])
-        shares.append(float("inf") if t is None else t / uni[s]["points"][-1][0])
+    shares = [share_to_reach(seeds[s]["points"], uni[s]["points"][-1][1], uni[s]["points"][-1][0]) for s in both]
     med = statistics.median(shares)
-    mc, lo, hi, _ = mean_curve_share(uni, seeds)
+    mc, lo, hi, n = mean_curve_share(uni, seeds)
     return (f"{len(both)} | {mean_diff * 100:+.1f} ({se * 100:.1f}) | {sum(d > 0 for d in diff)} of {len(both)} "
             f"| {'never' if med == float('inf') else f'{med:.2f}'} | {sum(x <= 0.5 for x in shares)} of {len(both)} "
-            f"| {fmt_share(mc)} [{fmt_share(lo)}, {fmt_share(hi)}] |")
+            f"| {fmt_interval(mc, lo, hi, n)} |")
+
+
+def fmt_interval(x: float, lo: float, hi: float, n: int) -> str:
+    """A share with its 95% interval; with fewer than 3 seeds no interval, and the seeds it rests on."""
+    return f"{fmt_share(x)} [{fmt_share(lo)}, {fmt_share(hi)}]" if n >= 3 else f"{fmt_share(x)} (n={n})"
 
 
 def uniform_gain(uni: dict[int, dict]) -> tuple[float, float]:
@@ -195,24 +218,25 @@ def against_best(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list[s
             "| strategy | share to uniform's mean-curve peak [95% CI] |", "|---|---|"]
     for strategy, seeds in by.items():
         if strategy != "uniform" and any(s in uni for s in seeds):
-            mc, lo, hi, _ = mean_curve_share(uni, seeds, target="best")
-            rows.append(f"| {strategy} | {fmt_share(mc)} [{fmt_share(lo)}, {fmt_share(hi)}] |")
+            mc, lo, hi, n = mean_curve_share(uni, seeds, target="best")
+            rows.append(f"| {strategy} | {fmt_interval(mc, lo, hi, n)} |")
     return rows
 
 
 def per_seed_table(uni: dict[int, dict], by: dict[str, dict[int, dict]]) -> list[str]:
-    """One row per seed: uniform's final accuracy and tokens, then each strategy's final accuracy and
-    its share of uniform's tokens to reach uniform's final accuracy."""
+    """One row per seed: uniform's final accuracy and tokens, then each strategy's accuracy at uniform's
+    tokens and its share of them to reach uniform's final accuracy."""
     others = [s for s in by if s != "uniform"]
-    head = "| seed | uniform final (its tokens) | " + " | ".join(f"{s} final | share" for s in others) + " |"
+    head = ("| seed | uniform final (its tokens) | "
+            + " | ".join(f"{s} at uniform's tokens | share" for s in others) + " |")
     rows = [head, "|---|---|" + "---|---|" * len(others)]
     for seed in sorted(uni):
         target, total = uni[seed]["points"][-1][1], uni[seed]["points"][-1][0]
         cells = [f"{seed}", f"{target:.1%} ({total:,.0f})"]
         for s in others:
             r = by[s].get(seed)
-            t = tokens_to_reach(r["points"], target) if r else None
-            cells += ["-", "-"] if r is None else [f"{r['points'][-1][1]:.1%}", "never" if t is None else f"{t / total:.2f}"]
+            cells += ["-", "-"] if r is None else [f"{at_tokens(r['points'], total):.1%}",
+                                                   fmt_share(share_to_reach(r["points"], target, total))]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 
@@ -255,20 +279,23 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
     if flat:  # then every strategy "reaches uniform's final accuracy" at 0 tokens: the share says nothing
         print("Warning: uniform did not gain on these seeds, so reaching its final accuracy is no test there "
               "(every run starts at or above it; shares of 0.00):\n  " + "\n  ".join(flat) + "\n")
-    lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | tokens spent (mean) | steps (mean) | "
+    lines = ["| strategy | seeds | accuracy at 0 | final accuracy (mean) | at uniform's tokens (mean) "
+             "| tokens spent (mean) | steps (mean) | "
              "effective ratio | held-out answer tokens, start -> end | tokens to uniform's final (per seed) "
              "| share of uniform's tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for strategy, seeds in by.items():
-        per_seed, shares = [], []
+        per_seed, shares, at_uni = [], [], []
         for seed, r in sorted(seeds.items()):
             if seed not in uni:
                 continue
             target, total = uni[seed]["points"][-1][1], uni[seed]["points"][-1][0]
+            at_uni.append(at_tokens(r["points"], total))
+            x = share_to_reach(r["points"], target, total)  # past uniform's tokens is not reaching it
             t = tokens_to_reach(r["points"], target)
-            per_seed.append("never" if t is None else f"{t:,.0f}")
-            if t is not None:
-                shares.append(t / total)
+            per_seed.append("never" if t is None else f"{t:,.0f}" + ("" if x <= 1 else " (past)"))
+            if x <= 1:
+                shares.append(x)
         ok = len(shares) == len(per_seed) and shares
         share = f"{statistics.mean(shares):.2f}" if ok else f"- ({len(shares)}/{len(per_seed)} reached)"
         mean = statistics.mean
@@ -277,6 +304,7 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
         lines.append(
             f"| {strategy} | {len(seeds)} | {mean(r['points'][0][1] for r in seeds.values()):.1%} "
             f"| {mean(r['points'][-1][1] for r in seeds.values()):.1%} "
+            f"| {f'{mean(at_uni):.1%}' if at_uni else '-'} "
             f"| {mean(r['points'][-1][0] for r in seeds.values()):,.0f} | {mean(r['steps'] for r in seeds.values()):.1f} "
             f"| {mean(r['effective_ratio'] for r in seeds.values()):.2f} | {length} | {', '.join(per_seed) or '-'} "
             f"| {share} |")

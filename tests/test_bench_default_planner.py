@@ -87,3 +87,20 @@ def test_a_dotted_variant_key_is_a_config_key_and_a_budget_stopped_run_counts_as
     assert bench.result(tmp_path / name) is None  # 500 tokens of a 600 budget: killed, not finished
     (tmp_path / name / "config.yaml").write_text("train:\n  max_steps: 40\n  max_rollout_tokens: 500\n")
     assert bench.result(tmp_path / name)["tokens"] == 500
+
+
+def test_the_report_survives_a_line_cut_short_equal_differences_and_an_unfinished_run_in_out(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _finished(a, "uniform-seed1", 0.2, 0.30, 1000)
+    _finished(a, "adaptive-seed1", 0.2, 0.31, 800)
+    _finished(b, "uniform-seed2", 0.2, 0.30, 1000)
+    _finished(b, "adaptive-seed2", 0.2, 0.31, 900)
+    # seed 2 of adaptive was started again in `a` and killed mid-write: the finished one in `b` counts
+    (a / "adaptive-seed2").mkdir()
+    (a / "adaptive-seed2" / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.2}\n{"step": 1, "time/s')
+    assert bench.result(a / "adaptive-seed2") is None  # unfinished, and the cut line does not raise
+    assert bench.find_run([a, b], "adaptive-seed2") == b / "adaptive-seed2"
+    assert bench.report(a, [1, 2], also=[b]) == 0
+    out = capsys.readouterr().out
+    # +1 point on both seeds: SE 0, no division by it
+    assert "adaptive - uniform +1.0 (SE 0.0, the same difference on every seed" in out and "on 2 of 2 seeds" in out

@@ -21,3 +21,24 @@ def test_final_accuracy_is_the_last_evaluation(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.2}\n{"step": 1, "rollout/x": 1}\n'
                                             '{"step": 3, "eval/accuracy": 0.25}\n')
     assert pf.final_accuracy(tmp_path) == 0.25
+
+
+def test_an_unfinished_run_is_left_out_with_a_note(tmp_path, capsys):
+    import json
+
+    def run(folder, name, evals, steps, max_steps=4):
+        d = tmp_path / folder / name
+        d.mkdir(parents=True)
+        (d / "config.yaml").write_text(f"train:\n  max_steps: {max_steps}\n")
+        rows = [{"step": s, "rollout/tokens_total": 10.0 * s} for s in range(1, steps + 1)]
+        rows += [{"step": s, "eval/accuracy": acc} for s, acc in evals]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    run("x", "adaptive-seed1", [(0, 0.2), (4, 0.30)], 4)
+    run("y", "adaptive-seed1", [(0, 0.2), (4, 0.28)], 4)
+    run("x", "adaptive-seed2", [(0, 0.2), (2, 0.22)], 3)  # killed at step 3: its last evaluation is mid-run
+    run("y", "adaptive-seed2", [(0, 0.2), (4, 0.26)], 4)
+    assert pf.main([str(tmp_path / "x"), str(tmp_path / "y"), "--arms", "adaptive", "--seeds", "1", "2"]) == 0
+    cap = capsys.readouterr()
+    assert "| adaptive | 1 | +2.0 (nan) | 1 of 1 |" in cap.out
+    assert "seed 2 of adaptive left out" in cap.err and "x/adaptive-seed2 did not finish" in cap.err

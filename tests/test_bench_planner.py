@@ -36,6 +36,21 @@ def test_mean_curve_share_interpolates_normalised_curves():
     assert planner.mean_curve_share(uni, uni, reps=10)[0] == pytest.approx(1.0)
 
 
+def test_a_budgeted_runs_final_is_read_at_uniforms_tokens_and_reaching_past_them_is_never():
+    # uniform ends at 0.30 after 1,000 tokens; the arm was at 0.28 after 900 and, with the step that
+    # crossed the budget, at 0.31 after 1,080: at uniform's tokens it is at 0.28 + 0.03 * 100/180
+    pb = planner
+    uni = {1: {"points": [[0, 0.2], [1000, 0.30]]}}
+    arm = {1: {"points": [[0, 0.2], [900, 0.28], [1080, 0.31]]}}
+    assert pb.at_tokens(arm[1]["points"], 1000) == pytest.approx(0.28 + 0.03 * 100 / 180)
+    assert pb.at_tokens([[0, 0.2], [800, 0.25]], 1000) == 0.25  # ended before: its last evaluation
+    assert pb.share_to_reach(arm[1]["points"], 0.30, 1000) == float("inf")  # reached only past the budget
+    assert pb.share_to_reach(arm[1]["points"], 0.28, 1000) == pytest.approx(0.9)
+    cells = pb.paired_summary(uni, arm).split(" | ")
+    assert cells[1].startswith("-0.3 ") and cells[2] == "0 of 1" and cells[3] == "never"
+    assert cells[5] == "never (n=1) |"  # one seed: no interval
+
+
 def test_first_crossing_is_linear_between_grid_points():
     m = planner.GRID * 0.5  # 0 -> 0.5
     assert planner.first_crossing(m, 0.2013) == pytest.approx(0.4026)
@@ -210,4 +225,4 @@ def test_share_to_uniforms_peak_and_uniforms_gain():
     rows = planner.against_best(uni, {"uniform": uni, "x": other})
     assert rows[0].startswith("Uniform's gain over its start: +10.0 points (SE 0.0) over 2 seeds")
     assert "peaks at 40.0% (share 0.50), ends at 30.0%" in rows[0]
-    assert rows[-1].startswith("| x | 0.80 [")
+    assert rows[-1] == "| x | 0.80 (n=2) |"  # two seeds: no interval

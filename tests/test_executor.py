@@ -251,3 +251,21 @@ def test_speculative_reuse_draws_on_the_bank_only_in_a_steps_first_round(tiny_mo
     # the next step's first round does reuse them: both rounds' responses, 4 per prompt
     ex.generate([Request(u, 4) for u in prompts], first_round=True)
     assert eng.stats["spec_candidates"] == 12
+
+
+def test_a_group_is_delivered_in_the_order_its_samples_were_requested_not_finished():
+    from rollwise.engine.hf import GenerationOutput
+
+    class LongFirst:
+        """Sample k of a round is 10 - k tokens long, and the engine hands them back shortest first."""
+
+        version = 0
+
+        def run_round(self, reqs, stop_when=None, token_budget=None, hold=False, feed=None, generator=None):
+            outs = [GenerationOutput([5] * (10 - k), [-0.1] * (10 - k), [0] * (10 - k), "stop", request_id=q.request_id)
+                    for k, q in enumerate(reqs)]
+            return sorted(outs, key=lambda o: len(o.response_ids)), []
+
+    ex = RolloutExecutor(LongFirst(), {"a": [1]}, max_new_tokens=16, temperature=1.0)
+    out = ex.generate([Request("a", 4)], first_round=True)
+    assert [len(o.response_ids) for o in out.groups["a"]] == [10, 9, 8, 7]

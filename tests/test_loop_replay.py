@@ -117,3 +117,16 @@ def test_overlong_buffer_lowers_the_reward_of_long_samples_but_not_their_correct
     out = produce_batch(run, 0, Executor(cut=(3,), lengths=(2, 4, 6, 8)))  # punished from 5 tokens on
     assert [s.reward for s in out.batch] == [1.0, 1.0, 0.5, 0.0]  # 6 tokens: 2 of the buffer's 4
     assert [s.reward_parts["r"] for s in out.batch] == [1.0] * 4
+
+
+def test_tokens_of_samples_dropped_as_stale_are_charged_to_a_token_budget() -> None:
+    class Dropping(Executor):
+        def step_dropped_tokens(self) -> int:
+            return 30  # partial rollouts dropped samples this long as too stale: generated, never delivered
+
+    cfg = PlannerConfig(strategy="uniform", budget_tokens=100)
+    for executor, carry in ((Executor(lengths=(5, 5, 5, 5)), 100 - 20), (Dropping(lengths=(5, 5, 5, 5)), 100 - 20 - 30)):
+        run = _run(cfg, RewardConfig(), Scorer())
+        run.planner.length_estimate = 5.0
+        produce_batch(run, 0, executor)
+        assert run.planner.token_carry == carry

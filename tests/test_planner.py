@@ -360,6 +360,81 @@ def test_a_prompt_still_carried_from_an_earlier_step_is_not_requested_again() ->
         assert not asked & pl.in_flight and len(asked) == len(UIDS) - 2, (strategy, asked)
 
 
+def test_a_carried_group_is_charged_once_and_not_counted_in_the_cost_per_prompt() -> None:
+    # uniform, step 0: four full groups of 4; one does not come back (partial rollouts carry it)
+    pl = make("uniform", uids=["a", "b", "c", "d", "e", "f", "g", "h"], pps=4, n=4, budget_rollouts=16)
+    reqs = pl.begin_step(0)
+    carried = reqs[1].uid
+    pl.observe([GroupResult(q.uid, [float(k % 2) for k in range(q.n)], [10] * q.n) for q in reqs if q.uid != carried])
+    pl.end_step()
+    # step 1: it comes back; its samples were requested (and charged) in step 0, not again now
+    pl.in_flight = {carried}
+    reqs = pl.begin_step(1)
+    assert sum(q.n for q in reqs) == 16 and carried not in {q.uid for q in reqs}
+    pl.adopt([GroupResult(carried, [1.0, 0.0, 1.0, 0.0], [10] * 4)])
+    assert pl._st.used_rollouts == 16
+    pl.observe([GroupResult(q.uid, [float(k % 2) for k in range(q.n)], [10] * q.n) for q in reqs])
+    pl.end_step()
+    assert pl.metrics()["rollout/rollouts"] == 20.0  # delivered this step: its own 16 and the adopted 4
+    # screen: a (probe 2, agrees), b (full 4, carried), c (probe 2, surprises: topped up by 2), d (probe 2).
+    # The step requested 2 + 4 + 4 + 2 = 12 for 4 prompts: the cost per prompt moves from 4 toward 3,
+    # not toward the 2 that b's empty group would make it
+    sc = screen_variant(100)
+    reqs = sc.begin_step(0)
+    assert sorted((q.uid, q.n) for q in reqs) == [("a", 2), ("b", 4), ("c", 2), ("d", 2)]
+    more = sc.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "b"])
+    assert [(q.uid, q.n) for q in more] == [("c", 2)]
+    sc.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
+    sc.end_step()
+    assert sc.allocator.cost_per_prompt == pytest.approx(0.8 * 4 + 0.2 * 3)
+
+
+def test_a_carried_probe_keeps_its_belief_so_a_surprise_is_topped_up_when_it_comes_back() -> None:
+    # a is believed hopeless: probed with 2; the probe does not come back in step 0
+    for followup in ("same_step", "next_step"):
+        pl = screen_variant(100, screen_followup=followup)
+        reqs = pl.begin_step(0)
+        assert ("a", 2) in [(q.uid, q.n) for q in reqs]
+        pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "a"])
+        pl.end_step()
+        state = json.loads(json.dumps(pl.state_dict()))  # a checkpoint between the steps keeps it too
+        for p in (pl, screen_variant(100, screen_followup=followup)):
+            if p is not pl:
+                p.load_state_dict(state)
+            p.in_flight = {"a"}
+            reqs = p.begin_step(1)
+            p.adopt([GroupResult("a", [1.0, 0.0], [10, 10])])  # a surprise: a correct answer
+            more = p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+            if followup == "same_step":
+                assert ("a", 2) in [(q.uid, q.n) for q in more]  # topped up to a full group
+                p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
+                p.end_step()
+            else:
+                assert more == []
+                p.end_step()
+                assert "a" in p.allocator.pending  # rolled out in full next step
+
+
+def test_a_carried_group_is_scored_in_the_brier_score_against_the_prediction_of_the_step_it_started() -> None:
+    pl = make("uniform", uids=["a", "b", "c", "d"], pps=4, n=4, estimator="beta")
+    pl.estimator.update(pl.index["b"], 30, 40)  # b believed at 31/42
+    reqs = pl.begin_step(0)
+    pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "b"])
+    pl.end_step()
+    pl.estimator.update(pl.index["b"], 0, 40)  # what step 0's other evidence might have moved: not b's prediction
+    pl.in_flight = {"b"}
+    reqs = pl.begin_step(1)
+    pl.adopt([GroupResult("b", [1.0, 1.0, 1.0, 1.0], [10] * 4)])
+    pl.observe([GroupResult(q.uid, [1.0] * q.n, [10] * q.n) for q in reqs])
+    pl.end_step()
+    m = pl.metrics()
+    others = [q.uid for q in reqs]
+    preds = {u: 1 / 6 for u in others}  # a, c, d: their step-0 all-wrong groups of 4 put them at 1/6
+    errs = [(preds[u] - 1.0) ** 2 for u in others] + [(31 / 42 - 1.0) ** 2]
+    assert m["planner/brier"] == pytest.approx(sum(errs) / len(errs))
+    assert m["planner/brier_seen"] == pytest.approx(sum(errs) / len(errs))
+
+
 def test_greso_history_counts() -> None:
     pl = make("greso")
     _, out = run_step(pl, lambda u, r, k: 0.0)

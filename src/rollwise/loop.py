@@ -572,6 +572,8 @@ def produce_batch(run: Run, step: int, executor: Any, stream: bool = False) -> P
             requests = absorb(out, ask=bool(requests))
     reward_s = cost["reward_s"]
     outcome = planner.end_step()
+    if hasattr(executor, "step_dropped_tokens") and hasattr(planner, "charge_tokens"):
+        planner.charge_tokens(executor.step_dropped_tokens())  # generated, never delivered: a token budget pays
 
     # which samples to train on: the planner's choice, plus stop-gradient replays
     batch: list[Sample] = []
@@ -645,8 +647,8 @@ def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, 
 
 def group_outcomes(generated: list[Sample], primary: str) -> list[list]:
     """[uid, outcomes, lengths] of every prompt rolled out this step (discarded groups included),
-    outcomes a string of 1 (correct) and 0 in the order the samples were generated (a probe before
-    its top-up), lengths their response token counts in the same order: what `rollwise simulate
+    outcomes a string of 1 (correct) and 0 in the order the samples were requested (a probe before
+    its top-up; within a round not in the order they finished, which puts short answers first), lengths their response token counts in the same order: what `rollwise simulate
     --fit` fits a simulated world to, and what shows whether correct answers are the shorter ones."""
     out: dict[str, list] = {}
     for s in generated:

@@ -100,7 +100,8 @@ def unseen_solve_rate(steps: list[dict], block: int = 5) -> list[tuple[float, fl
     blocks of `block` steps, from `rollout/groups`. No planner chooses a prompt it has never seen by
     its outcome, and a first sample is drawn whatever it shows, so this follows the policy's solve
     rate at the sampling temperature the same way whatever the strategy (rollout accuracy does not:
-    it is over the samples the planner chose to train on)."""
+    it is over the samples the planner chose to train on). Groups are logged in the order requested
+    (runs before 2026-12-07 logged a round in the order it finished: there the first is the shortest)."""
     seen: set[str] = set()
     firsts: list[tuple[int, int]] = []  # (step, correct)
     for h in sorted(steps, key=lambda h: h["step"]):

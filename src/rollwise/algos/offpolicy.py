@@ -128,7 +128,10 @@ def mask_resumed_correction(
     logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, resumed_mask: torch.Tensor | None = None,
     prox_logp: torch.Tensor | None = None, advantages: torch.Tensor | None = None,
 ) -> Correction:
-    """Train only on tokens of the current policy (slime's ``--mask-offpolicy-in-partial-rollout``).
+    """Train only on each sample's tokens of its newest policy version (slime's
+    ``--mask-offpolicy-in-partial-rollout``): a resumed prefix is context. A sample generated whole
+    under one older policy (one that waited in the carry buffer for the rest of its group) is trained
+    whole; its staleness is left to the PPO ratio.
 
     ``mask_out = mask * (1 - resumed_mask)``, ``old_logp = ref``, ``weight = 1``. Arguments
     as in :func:`recompute_correction`; ``resumed_mask`` is required.

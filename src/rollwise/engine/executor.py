@@ -201,6 +201,9 @@ class RolloutExecutor:
         out = RoundOutput({}, {})
         for uid in uids:
             g = groups.pop(uid)
+            # in the order requested, not finished: an engine finishes short responses first, so the first of a
+            # group would be its shortest (report's unseen-prompt solve rate and --fit read groups in order)
+            g.done.sort(key=lambda o: -1 if o.request_id is None else o.request_id)
             (out.adopted if g.carried else out.groups)[uid] = g.done
             self.totals["delivered"] += len(g.done)
             if self.speculative:  # every response of this step's rounds together
@@ -268,6 +271,10 @@ class RolloutExecutor:
     def step_tokens(self) -> int:
         """Tokens sampled by the engine this step so far (reused tokens are not counted)."""
         return int(self._step.get("generated_tokens", 0.0))
+
+    def step_dropped_tokens(self) -> int:
+        """Tokens of carried samples dropped as too stale this step (generated, never delivered)."""
+        return int(self._step.get("dropped_stale_tokens", 0.0))
 
     def _request(self, r: Request) -> GenerationRequest:
         return GenerationRequest(self.prompt_ids[r.uid], r.max_new_tokens or self.max_new_tokens, self.temperature)

@@ -69,12 +69,14 @@ class Allocator:
         return {}
 
     def _track_cost(self, st: StepState, skip: set[str] | None = None) -> None:
-        """Move cost_per_prompt toward this step's rollouts per prompt, leaving out the groups in `skip`
-        (carried ones, which are charged to the budget before the selector plans)."""
-        groups = [g for u, g in st.groups.items() if u not in skip] if skip else list(st.groups.values())
-        if groups:
-            spent = sum(g.n for g in groups) / len(groups)
-            self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent
+        """Move cost_per_prompt toward the rollouts this step requested per prompt it started, leaving out
+        the groups in `skip` (next_step's carried ones, charged before the selector plans) and samples
+        adopted from an earlier step (partial rollouts: charged there; a group still out counts its
+        request, not the nothing it has delivered yet)."""
+        own = [g.requested - g.adopted for u, g in st.groups.items() if not (skip and u in skip)]
+        own = [k for k in own if k > 0]
+        if own:
+            self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * sum(own) / len(own)
 
     def state_dict(self) -> dict[str, Any]:
         return {"cost_per_prompt": self.cost_per_prompt}
@@ -386,16 +388,18 @@ class ScreenAllocator(Allocator):
             out = {"planner/followups_dropped": float(dropped)}
         else:
             self._track_cost(st)
-        self.believed_easy.clear()
+        # a probe still out (partial rollouts) keeps its belief for the step it comes back in (adopt)
+        self.believed_easy = {u: v for u, v in self.believed_easy.items() if u in st.groups and st.groups[u].outstanding}
         self.capped.clear()
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "pending": list(self.pending)}
+        return {**super().state_dict(), "pending": list(self.pending), "believed_easy": dict(self.believed_easy)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.pending = list(state.get("pending", [])) if self.deferred else []
+        self.believed_easy = {u: bool(v) for u, v in state.get("believed_easy", {}).items()}
 
 
 ALLOCATORS: dict[str, type[Allocator]] = {

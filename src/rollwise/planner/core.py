@@ -75,6 +75,9 @@ class ComposedPlanner:
         # set by whoever drives the step: uids whose groups are still being generated from an earlier step
         # (partial rollouts carry them); not requested again until they come back
         self.in_flight: set[str] = set()
+        # uid -> (the estimator's mean when the group was requested, whether it had been seen): for groups
+        # that partial rollouts carry into a later step, where they are scored (planner/brier)
+        self.carried_predictions: dict[str, tuple[float, bool]] = {}
 
     # ------------------------------------------------------------------ helpers for parts
     def indices(self, uids: list[str]) -> np.ndarray:
@@ -144,6 +147,8 @@ class ComposedPlanner:
                 or follows_up(type(self.selector), Selector))
 
     def begin_step(self, step: int) -> list[Request]:
+        # predictions kept for groups still in flight; one dropped as stale will not be adopted
+        self.carried_predictions = {u: v for u, v in self.carried_predictions.items() if u in self.in_flight}
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
         self._st = st
@@ -198,14 +203,22 @@ class ComposedPlanner:
         return self._request(self.selector.more(self, st), st)
 
     def adopt(self, results: list[GroupResult]) -> None:
-        """Carried-over groups completed this step: recorded like this step's own, trained if the
-        selector keeps them; no further rounds are planned for them."""
+        """Carried-over groups completed this step (partial rollouts): recorded like this step's own and
+        trained if the selector keeps them; the allocator may plan more for them as for its own (a
+        surprising probe's top-up, growth). Their samples were requested, and charged to the budget, in
+        the step that started them, and the Brier score compares them with that step's prediction."""
         st = self._require_step()
         for res in results:
             g = st.groups.get(res.uid)
             if g is None:
                 g = st.groups[res.uid] = Group(res.uid, int(self.index[res.uid]))
             g.requested += len(res.rewards)
+            g.adopted += len(res.rewards)
+            if res.uid in self.carried_predictions and res.uid not in st.predicted:
+                pred, seen = self.carried_predictions.pop(res.uid)
+                st.predicted[res.uid] = pred
+                if seen:
+                    st.seen_before.add(res.uid)
             g.rewards.extend(float(r) for r in res.rewards)
             g.lengths.extend(int(n) for n in res.lengths)
             g.successes += sum(r >= self.success_threshold for r in res.rewards)
@@ -228,6 +241,9 @@ class ComposedPlanner:
             notes=list(st.notes),
         )
         self._metrics = self._step_metrics(st, train, set(replay), outcome)
+        for g in st.groups.values():  # still generating (partial rollouts): scored when adopted
+            if g.outstanding and g.uid in st.predicted:
+                self.carried_predictions[g.uid] = (st.predicted[g.uid], g.uid in st.seen_before)
         taught = [u for u in train if st.groups[u].informative or u in replay]  # trained with a gradient
         again = sum(u in self.trained_at for u in taught)
         for u in taught:
@@ -253,6 +269,12 @@ class ComposedPlanner:
                                              -self.budget_tokens, self.budget_tokens))
         self._st = None
         return outcome
+
+    def charge_tokens(self, tokens: int) -> None:
+        """Tokens generated that no group will deliver (partial rollouts' samples dropped as too stale):
+        charged to a token budget (planner.budget_tokens) like delivered ones, so it holds over the run."""
+        if self.budget_tokens is not None and tokens > 0:
+            self.token_carry = float(np.clip(self.token_carry - tokens, -self.budget_tokens, self.budget_tokens))
 
     def _require_step(self) -> StepState:
         if self._st is None:
@@ -324,6 +346,7 @@ class ComposedPlanner:
             "length_estimate": self.length_estimate,
             "length_steps": self.length_steps,
             "token_carry": self.token_carry,
+            "carried_predictions": {u: list(v) for u, v in self.carried_predictions.items()},
             "trained_at": dict(self.trained_at),
             "trained_times": dict(self.trained_times),
             "mean_length": dict(self.mean_length),
@@ -344,6 +367,8 @@ class ComposedPlanner:
         self.length_estimate = float(state["length_estimate"])
         self.length_steps = int(state.get("length_steps", 10**6))  # older checkpoints: the plain EMA
         self.token_carry = float(state["token_carry"])
+        self.carried_predictions = {u: (float(p), bool(seen)) for u, (p, seen) in
+                                    state.get("carried_predictions", {}).items()}
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none
         # older checkpoints: each prompt trained on counts once
         self.trained_times = {str(u): int(s) for u, s in state.get("trained_times", dict.fromkeys(self.trained_at, 1)).items()}

@@ -18,6 +18,7 @@ class Group:
     requested: int = 0
     rounds: int = 0
     successes: int = 0
+    adopted: int = 0  # samples carried in from the step that requested them (partial rollouts): charged there
 
     @property
     def n(self) -> int:
@@ -61,7 +62,8 @@ class StepState:
 
     @property
     def used_rollouts(self) -> int:
-        return sum(g.requested for g in self.groups.values())
+        """Rollouts this step requested (adopted samples were requested, and charged, in an earlier step)."""
+        return sum(g.requested - g.adopted for g in self.groups.values())
 
     @property
     def generated_rollouts(self) -> int:

@@ -1,7 +1,7 @@
 """Fit the simulated world to a training run's own rollouts (`rollwise simulate --fit RUN_DIR`).
 
 A run logs every group it rolled out (`rollout/groups` in metrics.jsonl: uid and the
-outcomes, 1 correct / 0 not, in the order the samples were generated). The first visit of each prompt in the run's first steps is a draw from the policy's
+outcomes, 1 correct / 0 not, in the order the samples were requested). The first visit of each prompt in the run's first steps is a draw from the policy's
 solve rates near the start, with no selection by outcome (no planner has a belief about a
 prompt it has never seen). A planner that tops up a probe after seeing it (adaptive's
 screening) only changes how many samples a group has, on the strength of what it saw, and the
@@ -52,7 +52,7 @@ class FitError(ValueError):
 @dataclass
 class Visit:
     task: str
-    outcomes: str  # "1" correct, "0" not, in the order generated
+    outcomes: str  # "1" correct, "0" not, in the order requested
     step: int
     signal: float = 0.0  # effective samples the run had trained on before this step, per uniform batch
 

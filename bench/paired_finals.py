@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from rollwise.tracking import read_metrics
+from rollwise.ui import stop_reason
 
 
 def final_accuracy(run: Path) -> float:
@@ -29,18 +30,14 @@ def final_accuracy(run: Path) -> float:
 
 def finished(run: Path) -> bool:
     """The run ended, so its last evaluation is its final one: bench/planner.py wrote its curve.json, or
-    it logged train.max_steps steps or generated its train.max_rollout_tokens (config.yaml). A killed
-    run's last evaluation is a mid-run one."""
+    `rollwise report`'s rule finds a reason it stopped (train.max_steps, the token budget, early
+    stopping). A killed run's last evaluation is a mid-run one."""
     if (run / "curve.json").is_file():
         return True
     if not (run / "config.yaml").is_file():
         return False
-    cfg = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("train") or {}
-    steps = [r for r in read_metrics(run, warn=False) if "rollout/tokens_total" in r]
-    if not steps:
-        return False
-    cap = cfg.get("max_rollout_tokens")
-    return steps[-1]["step"] >= cfg.get("max_steps", 40) or (cap is not None and steps[-1]["rollout/tokens_total"] >= cap)
+    reason = stop_reason(yaml.safe_load((run / "config.yaml").read_text()) or {}, read_metrics(run, warn=False))
+    return reason is not None and not reason.startswith("not finished")
 
 
 def paired(diffs: list[float]) -> tuple[float, float]:

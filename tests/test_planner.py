@@ -387,22 +387,49 @@ def test_a_carried_group_is_charged_once_and_not_counted_in_the_cost_per_prompt(
     sc.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
     sc.end_step()
     assert sc.allocator.cost_per_prompt == pytest.approx(0.8 * 4 + 0.2 * 3)
+    # an adopted probe's top-up is spent this step, but the probe was started in an earlier one: a
+    # (believed hopeless) comes back [1, 0] and is topped up by 2; the step's rollouts, that top-up
+    # included, are divided by the prompts it started (a is not one)
+    sc = screen_variant(100)
+    reqs = sc.begin_step(0)
+    sc.observe([GroupResult(q.uid, [float(k % 2) for k in range(q.n)], [10] * q.n) for q in reqs if q.uid != "a"])
+    sc.end_step()
+    cost = sc.allocator.cost_per_prompt
+    sc.in_flight = {"a"}
+    reqs = sc.begin_step(1)
+    sc.adopt([GroupResult("a", [1.0, 0.0], [10, 10])])
+    more = sc.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+    assert ("a", 2) in [(q.uid, q.n) for q in more]
+    spent = sum(q.n for q in reqs)
+    while more:
+        spent += sum(q.n for q in more)
+        more = sc.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
+    sc.end_step()
+    assert sc.allocator.cost_per_prompt == pytest.approx(0.8 * cost + 0.2 * spent / len(reqs))
 
 
-def test_a_carried_probe_keeps_its_belief_so_a_surprise_is_topped_up_when_it_comes_back() -> None:
-    # a is believed hopeless: probed with 2; the probe does not come back in step 0
-    for followup in ("same_step", "next_step"):
+@pytest.mark.parametrize("followup", ["same_step", "next_step"])
+@pytest.mark.parametrize("steps_out", [1, 2])
+def test_a_carried_probe_keeps_its_belief_so_a_surprise_is_topped_up_when_it_comes_back(followup, steps_out) -> None:
+    # a is believed hopeless: probed with 2; the probe does not come back in step 0 (nor in step 1)
+    if True:
         pl = screen_variant(100, screen_followup=followup)
         reqs = pl.begin_step(0)
         assert ("a", 2) in [(q.uid, q.n) for q in reqs]
         pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "a"])
         pl.end_step()
+        for step in range(1, steps_out):  # still out
+            pl.in_flight = {"a"}
+            more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in pl.begin_step(step)])
+            while more:
+                more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
+            pl.end_step()
         state = json.loads(json.dumps(pl.state_dict()))  # a checkpoint between the steps keeps it too
         for p in (pl, screen_variant(100, screen_followup=followup)):
             if p is not pl:
                 p.load_state_dict(state)
             p.in_flight = {"a"}
-            reqs = p.begin_step(1)
+            reqs = p.begin_step(steps_out)
             p.adopt([GroupResult("a", [1.0, 0.0], [10, 10])])  # a surprise: a correct answer
             more = p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
             if followup == "same_step":

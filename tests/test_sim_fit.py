@@ -99,6 +99,27 @@ def test_the_unsolvable_shares_profile_interval_holds_the_truth_where_the_test_p
     assert fit_world(visits, unsolvable=0.2).unsolvable_interval is None
 
 
+def test_the_profile_interval_is_cut_against_the_best_fit_of_its_own_family() -> None:
+    # visits from two points of training: a growing spread is tried and turned down, so the profile is
+    # of fixed-spread fits, and its cut (3.84) is measured from the best fixed-spread fit, not from the
+    # growing one, whose extra parameter would narrow the interval
+    from rollwise.sim.fit import LR_PROFILE, _fit
+
+    p = SimParams(n_train=600, skill0=-1.0, difficulty_sd=1.0, unsolvable=0.3)
+    w = World(p, 4, 8, 8)
+    rng = np.random.default_rng(104)
+    q = w.solve_rate(np.arange(p.n_train))
+    visits = [Visit("k0", "".join("1" if x else "0" for x in rng.random(8) < q[i]), 1, signal=0.0 if i % 2 else 0.5)
+              for i in range(p.n_train)]
+    fit = fit_world(visits)
+    assert fit.growth is None and fit.lr_growth > 1.0, fit.lr_growth  # tried, turned down
+    top = _fit(visits, 1.5, None, 20, False).loglik
+    lo, hi = fit.unsolvable_interval
+    for end in (lo, hi):
+        drop = 2.0 * (top - _fit(visits, 1.5, end, 20, False).loglik)
+        assert abs(drop - LR_PROFILE) < 0.5, (end, drop)
+
+
 def _run_dir(tmp_path, groups_by_step: dict[int, list[list]], scale=(4, 4, 40, 500)):
     d = tmp_path / "run"
     d.mkdir()

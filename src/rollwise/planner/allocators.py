@@ -72,11 +72,13 @@ class Allocator:
         """Move cost_per_prompt toward the rollouts this step requested per prompt it started, leaving out
         the groups in `skip` (next_step's carried ones, charged before the selector plans) and samples
         adopted from an earlier step (partial rollouts: charged there; a group still out counts its
-        request, not the nothing it has delivered yet)."""
-        own = [g.requested - g.adopted for u, g in st.groups.items() if not (skip and u in skip)]
-        own = [k for k in own if k > 0]
-        if own:
-            self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * sum(own) / len(own)
+        request, not the nothing it has delivered yet). A follow-up for an adopted group counts in the
+        rollouts, but the group is no prompt started this step."""
+        groups = [g for u, g in st.groups.items() if not (skip and u in skip)]
+        started = sum(1 for g in groups if g.adopted == 0 and g.requested > 0)  # an adopted group's top-up starts none
+        if started:
+            spent = sum(g.requested - g.adopted for g in groups)
+            self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent / started
 
     def state_dict(self) -> dict[str, Any]:
         return {"cost_per_prompt": self.cost_per_prompt}
@@ -388,8 +390,10 @@ class ScreenAllocator(Allocator):
             out = {"planner/followups_dropped": float(dropped)}
         else:
             self._track_cost(st)
-        # a probe still out (partial rollouts) keeps its belief for the step it comes back in (adopt)
-        self.believed_easy = {u: v for u, v in self.believed_easy.items() if u in st.groups and st.groups[u].outstanding}
+        # a probe still out (partial rollouts) keeps its belief for the step it comes back in (adopt), however
+        # many steps that takes
+        self.believed_easy = {u: v for u, v in self.believed_easy.items()
+                              if (u in st.groups and st.groups[u].outstanding) or (u not in st.groups and u in pl.in_flight)}
         self.capped.clear()
         return out
 

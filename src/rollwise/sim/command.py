@@ -446,7 +446,8 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
     if fit.unsolvable_interval is not None:
         (lo, hi), (k_lo, k_hi), (s_lo, s_hi) = fit.unsolvable_interval, fit.skill0_range, fit.spread_range
-        print(f"  a zero rate and a hard tail explain all-wrong groups alike: the unsolvable share's 95% profile-likelihood "
+        why = "a zero rate and a hard tail explain all-wrong groups alike: " if hi - lo >= 0.05 else ""
+        print(f"  {why}the unsolvable share's 95% profile-likelihood "
               f"interval is [{lo:.3f}, {hi:.3f}{' or more' if hi >= PROFILE_GRID[-1] else ''}], and across it skill0 runs {k_lo:.2f} to {k_hi:.2f} and the spread "
               f"{s_lo:.2f} to {s_hi:.2f}; the SEs above hold only at the share chosen"
               + (f" (to simulate the other end, rerun with --unsolvable {hi if fit.unsolvable - lo < hi - fit.unsolvable else lo:.2f} "

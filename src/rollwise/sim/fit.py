@@ -199,21 +199,21 @@ def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: floa
         best.lr_growth = lr_g
     if unsolvable is None:
         best.unsolvable_given, best.lr_unsolvable, best.other_branch = False, lr_u, alternative
-        _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None,
-                            max(free.loglik, none.loglik, best.loglik))
+        _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None)
     return best
 
 
 def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: float, min_groups: int,
-                        growth: bool, loglik_max: float) -> None:
+                        growth: bool) -> None:
     """Fill best's 95% profile-likelihood interval of u: the shares u whose best fit (every other
-    parameter refitted, growth as in `best`) is within LR_PROFILE / 2 of the best log-likelihood, the
+    parameter refitted, growth as in `best`) is within LR_PROFILE / 2 of the best log-likelihood of
+    that family (a growing spread's fits, which the test may have turned down, have a parameter more), the
     ends interpolated linearly between PROFILE_GRID's points, and the range of skill0 and of the spread
     over the grid points inside and the two ends. The likelihood-ratio test picks one branch; the interval says how far the
     data let u (and with it skill0) move, which the SEs, conditional on u, do not."""
     fits = [_fit(visits, discrimination, u, min_groups, growth) for u in PROFILE_GRID]
     lls = [f.loglik for f in fits]
-    top = max(loglik_max, *lls)
+    top = max(_fit(visits, discrimination, None, min_groups, growth).loglik, best.loglik, *lls)
     inside = [2.0 * (top - ll) <= LR_PROFILE for ll in lls]
     if not any(inside):  # the best share lies between grid points and both neighbours fall outside
         i = int(np.argmax(lls))

@@ -20,6 +20,7 @@ from rollwise.planner.estimators import (
 )
 from rollwise.planner.irt import IRTEstimator
 from rollwise.planner.knapsack import informative_value, needed_samples, solve_mckp
+from rollwise.planner.step import StepState
 
 UIDS = [f"q{i}" for i in range(40)]
 
@@ -462,6 +463,37 @@ def test_a_carried_group_is_scored_in_the_brier_score_against_the_prediction_of_
     assert m["planner/brier_seen"] == pytest.approx(sum(errs) / len(errs))
 
 
+def test_knapsack_under_a_token_budget_prices_each_prompts_samples_by_its_own_length() -> None:
+    # four prompts believed at 0.25; a and b answer in 50 tokens, c and d in 1000. 8,400 tokens at a mean
+    # length of 525 are 16 rollouts: in rollouts every prompt would get 4 (8,400 tokens' worth only at the
+    # mean length: 4 x 2 x 50 + 4 x 2 x 1000 = 8,400), in tokens the short prompts' samples are cheap
+    lengths = {"a": 50.0, "b": 50.0, "c": 1000.0, "d": 1000.0}
+    for budget_tokens in (None, 8400):
+        pl = make("knapsack", uids=list(lengths), pps=4, n=4, budget_tokens=budget_tokens,
+                  **({} if budget_tokens else {"budget_rollouts": 16}))
+        for u in lengths:
+            pl.estimator.update(pl.index[u], 10, 40)
+        pl.mean_length.update(lengths)
+        pl.length_estimate = 525.0
+        st = StepState(step=0, budget=16)
+        out = dict(zip(lengths, pl.allocator.allocate(pl, list(lengths), 16, st)))
+        if budget_tokens is None:
+            assert sum(out.values()) <= 16 and out["a"] == out["c"], out  # every sample costs one rollout
+        else:
+            assert sum(out[u] * lengths[u] for u in out) <= 8400, out
+            assert min(out["a"], out["b"]) > max(out["c"], out["d"]) and min(out["c"], out["d"]) >= 2, out
+
+
+def test_a_token_budget_below_one_group_is_said_once() -> None:
+    pl = make("uniform", pps=2, n=4, budget_tokens=100)
+    for step in range(3):
+        reqs = pl.begin_step(step)
+        pl.observe([GroupResult(q.uid, [float(k % 2) for k in range(q.n)], [50] * q.n) for q in reqs])
+        notes = pl.end_step().notes
+        # the first step only knows the guess (max_completion_length / 2); from the second on, 4 x 50 > 100
+        assert [("below one group of 4" in x) for x in notes] == ([True] if step == 1 else []), (step, notes)
+
+
 def test_greso_history_counts() -> None:
     pl = make("greso")
     _, out = run_step(pl, lambda u, r, k: 0.0)
@@ -780,8 +812,9 @@ def test_unknown_parts_fail_clearly() -> None:
         pl.observe([GroupResult("nope", [1.0], [1])])
 
 
+@pytest.mark.parametrize("budget_tokens", [None, 150])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_state_round_trip_continues_identically(strategy: str) -> None:
+def test_state_round_trip_continues_identically(strategy: str, budget_tokens: int | None) -> None:
     rates = {u: (i * 7 % 11) / 10 for i, u in enumerate(UIDS)}
 
     def reward(step: int):
@@ -796,12 +829,13 @@ def test_state_round_trip_continues_identically(strategy: str) -> None:
             trace.append((rounds, out.train, out.replay))
         return trace
 
-    a = make(strategy, pps=4, n=4)
+    a = make(strategy, pps=4, n=4, budget_tokens=budget_tokens)
     steps(a, 0, 6)
     state = json.loads(json.dumps(a.state_dict()))
-    b = make(strategy, pps=4, n=4)
+    b = make(strategy, pps=4, n=4, budget_tokens=budget_tokens)
     b.load_state_dict(state)
     assert steps(a, 6, 6) == steps(b, 6, 6)
+    assert (a.token_carry, a.length_estimate, a.length_steps) == (b.token_carry, b.length_estimate, b.length_steps)
     with pytest.raises(ValueError, match="strategy"):
         make("uniform" if strategy != "uniform" else "dapo").load_state_dict(state)
 

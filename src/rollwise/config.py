@@ -327,7 +327,8 @@ class PlannerConfig(_Section):
         None, gt=0, description="Rollouts per step (None = prompts_per_step * num_generations)."
     )
     budget_tokens: int | None = Field(
-        None, gt=0, description="Response tokens per step instead of a rollout budget (overshoot carried to the next step)."
+        None, gt=0, description="Response tokens per step instead of a rollout budget (over- or under-spending carried to "
+        "the next step, at most one step's budget either way; DAPO's back-fill can exceed it every step)."
     )
     min_samples_per_prompt: int | None = Field(
         None, gt=0, description="knapsack and rank (e3) allocators: fewest samples a rolled-out prompt gets "

@@ -98,37 +98,62 @@ class KnapsackAllocator(Allocator):
         self.min_n = cfg.min_samples_per_prompt or min(2, n)
         self.max_n = cfg.max_samples_per_prompt or 8 * n
 
+    # cost units per rollout of the mean length in the token-budget DP (a sample's cost is quantised to 1/8)
+    TOKEN_QUANTUM = 8
+
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
+        """Samples per prompt under the step's budget. With a token budget (planner.budget_tokens) a sample
+        of prompt i costs its expected length (its mean when last rolled out; the planner's mean length for
+        one never rolled out) over the mean length, so the budget (in rollouts of the mean length) is spent
+        in tokens: a long prompt's samples cost more than a short one's. With a rollout budget every sample
+        costs 1."""
         idx = pl.indices(uids)
         p, cnt = pl.estimator.mean(idx), pl.estimator.count(idx)
+        w = self._sample_costs(pl, uids)
         out = np.zeros(len(uids), dtype=np.int64)
         unseen = cnt < self.cfg.min_observations
         out[unseen] = min(max(self.n, self.min_n), self.max_n)
-        left = int(budget - out.sum())
         zero, one = ~unseen & (p <= 1e-9), ~unseen & (p >= 1 - 1e-9)
         mixed = np.flatnonzero(~unseen & ~zero & ~one)
         out[zero | one] = self.min_n
-        left -= self.min_n * int((zero | one).sum())
-        if left < self.min_n * len(mixed):  # over-committed: the minimum to the most valuable that fit, none
-            fit = max(0, left // self.min_n)  # to the rest (a group smaller than the minimum, 1 sample, teaches nothing)
-            if fit == 0 and not out.any():
-                fit = 1  # a budget below one minimum group still rolls out one (else no step would ever run)
+        left = budget - float((out * w).sum())
+        if left < self.min_n * float(w[mixed].sum()) - 1e-9:  # over-committed: the minimum to the most valuable
+            # that fit, none to the rest (a group smaller than the minimum, 1 sample, teaches nothing)
             best = mixed[np.argsort(-informative_value(p[mixed], np.full(len(mixed), self.min_n)), kind="stable")]
-            out[best[:fit]] = self.min_n
+            for i in best:
+                if self.min_n * w[i] <= left + 1e-9:
+                    out[i] = self.min_n
+                    left -= self.min_n * w[i]
+            if not out.any() and len(best):
+                out[best[0]] = self.min_n  # a budget below one minimum group still rolls out one (else no step would run)
             return out.tolist()
         need = np.array([max(self.min_n, needed_samples(float(p[i]), self.max_n)) for i in mixed], dtype=np.int64)
-        if need.sum() <= left and zero.any():
+        if float((need * w[mixed]).sum()) <= left + 1e-9 and zero.any():
             out[mixed] = need
-            surplus = left - int(need.sum())
+            surplus = left - float((need * w[mixed]).sum())
             zi = np.flatnonzero(zero)
-            extra = min(surplus // len(zi), self.max_n - self.min_n)
-            out[zi] += extra
+            extra = min(int(surplus // float(w[zi].sum()) + 1e-9), self.max_n - self.min_n)
+            out[zi] += max(extra, 0)
             return out.tolist()
         options = np.arange(self.min_n, self.max_n + 1)
         values = [informative_value(np.full(len(options), p[i]), options) for i in mixed]
-        chosen = solve_mckp(values, [options] * len(mixed), left)
+        if pl.budget_tokens is None:  # every sample costs 1: the DP in rollouts, as exact as it gets
+            costs, capacity = [options] * len(mixed), int(left)
+        else:
+            q = self.TOKEN_QUANTUM
+            costs = [np.ceil(options * w[i] * q - 1e-9).astype(np.int64) for i in mixed]
+            capacity = int(left * q + 1e-9)
+        chosen = solve_mckp(values, costs, capacity)
         out[mixed] = options[chosen]
         return out.tolist()
+
+    @staticmethod
+    def _sample_costs(pl: ComposedPlanner, uids: list[str]) -> np.ndarray:
+        """A sample's cost per prompt in rollouts of the mean length: 1 each under a rollout budget."""
+        if pl.budget_tokens is None:
+            return np.ones(len(uids))
+        mean = max(pl.length_estimate, 1.0)
+        return np.array([max(pl.mean_length.get(u, mean), 1.0) / mean for u in uids])
 
 
 class StagedAllocator(Allocator):

@@ -63,6 +63,7 @@ class ComposedPlanner:
         self.length_estimate = max_completion_length / 2  # a guess until responses are seen
         self.length_steps = 0  # steps whose lengths the estimate holds
         self.token_carry = 0.0
+        self.small_budget_said = False  # the one-time warning that a token budget is below one group
         self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
         self.trained_times: dict[str, int] = {}  # uid -> steps in which it was trained on with a gradient
@@ -152,6 +153,13 @@ class ComposedPlanner:
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
         self._st = st
+        if (self.budget_tokens is not None and self.length_steps and not self.small_budget_said
+                and self.budget_tokens < self.n * self.length_estimate):
+            self.small_budget_said = True
+            st.notes.append(f"planner.budget_tokens={self.budget_tokens} is below one group of {self.n} at the mean "
+                            f"response length so far ({self.length_estimate:.0f} tokens: {self.n * self.length_estimate:.0f} "
+                            "a group), so every step spends more than it; raise planner.budget_tokens or lower "
+                            "rollout.num_generations")
         # groups an allocator carries from an earlier step (screen_followup=next_step) come first and are
         # charged to the budget; the selector's prompts are planned on what they leave
         first = self._request([u for u in self.allocator.carried(budget) if u in self.index], st)

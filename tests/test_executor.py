@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rollwise.engine import GenerationRequest
-from rollwise.engine.continuous import ContinuousEngine
+from rollwise.engine.continuous import ContinuousEngine, unpack_topk
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.models import load_model, load_tokenizer
 from rollwise.planner.base import Request
@@ -141,8 +141,11 @@ def test_speculative_reuse_with_unchanged_weights_reuses_almost_everything(tiny_
     assert ex.step_tokens() == eng.stats["sampled_tokens"] - sampled
     assert all(len(v) == 4 for v in out.groups.values())
     for outs in out.groups.values():
-        for o in outs:
-            assert len(o.topk) == len(o.response_ids) == len(o.logprobs)
+        for o in outs:  # one top-k per token, packed into two [L, K] CPU tensors
+            ids, probs = o.topk
+            assert ids.shape[0] == probs.shape[0] == len(o.response_ids) == len(o.logprobs)
+            assert ids.device.type == "cpu" and ids.dtype == torch.int32 and probs.dtype == torch.float16
+            assert len(unpack_topk(o.topk)) == len(o.response_ids)
 
 
 def _chi2_critical(df: int, z: float = 3.09) -> float:
@@ -269,3 +272,22 @@ def test_a_group_is_delivered_in_the_order_its_samples_were_requested_not_finish
     ex = RolloutExecutor(LongFirst(), {"a": [1]}, max_new_tokens=16, temperature=1.0)
     out = ex.generate([Request("a", 4)], first_round=True)
     assert [len(o.response_ids) for o in out.groups["a"]] == [10, 9, 8, 7]
+
+
+def test_speculative_reuse_draws_from_a_bank_larger_than_the_request_at_random():
+    class Engine:
+        version = 0
+
+        def run_round(self, reqs, **kw):
+            return [], []
+
+    ex = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    ex.bank["a"] = list(range(8))  # stand-ins for 8 banked responses, those reused whole first
+    assert ex._from_bank("a", 8) == list(range(8)) and ex._from_bank("b", 2) == []
+    picks = set()
+    for k in range(40):
+        ex._next_id = k
+        got = ex._from_bank("a", 2)
+        assert got == ex._from_bank("a", 2) and len(set(got)) == 2  # reproducible, no response twice
+        picks.update(got)
+    assert picks == set(range(8))  # not always the first two

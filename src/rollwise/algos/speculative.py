@@ -155,8 +155,8 @@ def old_distribution_from_topk(p_new: torch.Tensor, topk_ids: torch.Tensor, topk
     Returns:
         torch.Tensor: ``[V]`` in ``p_new``'s dtype.
     """
-    ids = topk_ids.long()
-    p_old = torch.zeros_like(p_new).scatter(0, ids, topk_probs.to(p_new.dtype))
+    ids = topk_ids.long().to(p_new.device)  # a banked response keeps its top-k on the CPU
+    p_old = torch.zeros_like(p_new).scatter(0, ids, topk_probs.to(p_new.device, p_new.dtype))
     outside = torch.ones_like(p_new, dtype=torch.bool).scatter(0, ids, False)
     old_tail = (1.0 - p_old.sum()).clamp(min=0.0)
     new_tail = p_new[outside].sum()

@@ -98,7 +98,7 @@ class _Row:
     def start(cls, req: GenerationRequest, eos: set[int]) -> _Row:
         _check_prefix(req)
         row = cls(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions),
-                  topk=list(req.prefix_topk))
+                  topk=unpack_topk(req.prefix_topk))
         row.check(eos)
         return row
 
@@ -114,11 +114,33 @@ class _Row:
 
     def output(self) -> GenerationOutput:
         assert self.finish is not None
-        return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id, self.topk)
+        return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id,
+                                pack_topk(self.topk))
 
     def resumable(self) -> GenerationRequest:
         return replace(self.req, prefix_ids=list(self.tokens), prefix_logprobs=list(self.logprobs),
                        prefix_versions=list(self.versions), prefix_topk=list(self.topk))
+
+
+def pack_topk(topk: Any) -> Any:
+    """A finished response's per-token top-k as (ids [L, K] int32, probs [L, K] fp16) on the CPU: a
+    response banked for speculative reuse keeps two tensors, not two per token (views that also kept
+    each decode step's whole [rows, K] storage alive)."""
+    if not topk or isinstance(topk, tuple):
+        return topk
+    return torch.stack([i for i, _ in topk]).cpu(), torch.stack([p for _, p in topk]).cpu()
+
+
+def unpack_topk(topk: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per token (ids [K], probs [K]), from either form."""
+    return list(zip(topk[0], topk[1])) if isinstance(topk, tuple) else list(topk)
+
+
+def topk_at(topk: Any, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Token n's (ids [K], probs [K]) from either form; None where none was recorded."""
+    if isinstance(topk, tuple):
+        return (topk[0][n], topk[1][n]) if topk[0].shape[0] > n else None
+    return topk[n] if len(topk) > n else None
 
 
 class _Slots:
@@ -534,8 +556,9 @@ class ContinuousEngine(HFEngine):
         self.stats["spec_accepted_tokens"] += n
         if n < L:  # resample the first rejected position from the residual
             p_new = logp_full[n].exp()  # [V]
-            if len(old.topk) > n:
-                p_old = old_distribution_from_topk(p_new, *old.topk[n])
+            recorded = topk_at(old.topk, n)
+            if recorded is not None:
+                p_old = old_distribution_from_topk(p_new, *recorded)
             else:
                 p_old = p_new
                 self.stats["spec_no_topk"] += 1

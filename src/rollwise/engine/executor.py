@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -81,6 +83,7 @@ class RolloutExecutor:
         self.bank: dict[str, list[GenerationOutput]] = {}  # uid -> last finished responses (speculative reuse)
         self.totals = dict.fromkeys(("requested", "delivered", "dropped_stale"), 0)
         self._step: dict[str, float] = {}
+        self._s_per_token = 0.0  # engine seconds per sampled token, last measured (time/spec_saved_s)
         self._banked: set[str] = set()  # uids whose bank entry holds this step's responses
 
     # ------------------------------------------------------------------ one round
@@ -179,7 +182,7 @@ class RolloutExecutor:
             g.carried = False  # requested again this step: it is this step's group
             g.expected += r.n
             self.totals["requested"] += r.n
-            olds = self.bank.get(r.uid, [])[: r.n] if self.speculative and reuse else []
+            olds = self._from_bank(r.uid, r.n) if self.speculative and reuse else []
             reused += [(r.uid, o) for o in olds]
             fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
         if reused:  # verified old responses: complete, or a prefix to continue first
@@ -202,7 +205,8 @@ class RolloutExecutor:
         for uid in uids:
             g = groups.pop(uid)
             # in the order requested, not finished: an engine finishes short responses first, so the first of a
-            # group would be its shortest (report's unseen-prompt solve rate and --fit read groups in order)
+            # group would be its shortest (report's unseen-prompt solve rate and --fit read groups in order;
+            # a first visit has nothing to reuse, and responses reused whole by speculative reuse come first)
             g.done.sort(key=lambda o: -1 if o.request_id is None else o.request_id)
             (out.adopted if g.carried else out.groups)[uid] = g.done
             self.totals["delivered"] += len(g.done)
@@ -272,6 +276,17 @@ class RolloutExecutor:
         """Tokens sampled by the engine this step so far (reused tokens are not counted)."""
         return int(self._step.get("generated_tokens", 0.0))
 
+    def _from_bank(self, uid: str, n: int) -> list[GenerationOutput]:
+        """Up to n of uid's banked responses: all when it holds no more, else n drawn at random (a
+        seeded draw, reproducible on resume). Taking the first n would favour the responses reused
+        whole last time, which are the short ones, and speculative sampling is exact only for a plain
+        draw from the old policy."""
+        bank = self.bank.get(uid, [])
+        if len(bank) <= n:
+            return list(bank)
+        rng = random.Random(zlib.crc32(f"{uid}:{self._next_id}".encode()))
+        return [bank[i] for i in sorted(rng.sample(range(len(bank)), n))]
+
     def step_dropped_tokens(self) -> int:
         """Tokens of carried samples dropped as too stale this step (generated, never delivered)."""
         return int(self._step.get("dropped_stale_tokens", 0.0))
@@ -313,7 +328,8 @@ class RolloutExecutor:
         """This step's executor metrics (reset on read).
 
         time/spec_saved_s estimates what speculative reuse saved: the reused tokens at this step's
-        generation speed (seconds per sampled token), minus the verification time."""
+        generation speed (seconds per sampled token; the last step's that sampled any, where this one
+        reused everything), minus the verification time."""
         step, self._step = self._step, {}
         m = {f"rollout/{k}": step[k] for k in ("generated_tokens", "carried_samples", "dropped_stale",
                                                "dropped_stale_tokens", "engine_rounds") if k in step}
@@ -322,13 +338,15 @@ class RolloutExecutor:
         if self.speculative:
             old, acc = step.get("spec_old_tokens", 0.0), step.get("spec_accepted_tokens", 0.0)
             sampled, engine_s = step.get("generated_tokens", 0.0), step.get("engine_s", 0.0)
+            if sampled:  # seconds per sampled token; a step that reused everything sampled none: the last rate
+                self._s_per_token = engine_s / sampled
             m.update({
                 "spec/candidates": step.get("spec_candidates", 0.0),
                 "spec/tokens_reused": acc,
                 "spec/acceptance_rate": acc / old if old else 0.0,
                 "spec/full_reuse": step.get("spec_full_reuse", 0.0),
                 "time/spec_verify_s": step.get("spec_verify_s", 0.0),
-                "time/spec_saved_s": acc * engine_s / sampled - step.get("spec_verify_s", 0.0) if sampled else 0.0,
+                "time/spec_saved_s": acc * self._s_per_token - step.get("spec_verify_s", 0.0),
             })
         return m
 

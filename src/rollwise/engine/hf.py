@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -43,9 +44,11 @@ class GenerationOutput:
     versions: list[int]
     finish_reason: FinishReason
     request_id: int | None = None
-    # Per token (ids [K], probs [K]) of the distribution it was sampled from; empty unless the
-    # engine's `record_topk` > 0 (speculative reuse needs them to resample a rejected token).
-    topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    # The top-k of the distribution each token was sampled from: per token (ids [K], probs [K]), or for a
+    # finished response of the continuous engine packed as (ids [L, K] int32, probs [L, K] fp16) on the CPU
+    # (two tensors a response, not two a token: bench/spec_bank_size.py); empty unless the engine's
+    # `record_topk` > 0 (speculative reuse needs them to resample a rejected token).
+    topk: Any = field(default_factory=list)
 
 
 class RoundStop:

@@ -291,3 +291,36 @@ def test_speculative_reuse_draws_from_a_bank_larger_than_the_request_at_random()
         assert got == ex._from_bank("a", 2) and len(set(got)) == 2  # reproducible, no response twice
         picks.update(got)
     assert picks == set(range(8))  # not always the first two
+    # and generate() verifies that draw: a bank of 8 responses, a request of 2
+    from rollwise.engine.hf import GenerationOutput
+
+    class Verifying(Engine):
+        def verify(self, prompts, olds, lenience, temperature, max_new):
+            self.seen = list(olds)
+            return [GenerationOutput(list(o.response_ids), list(o.logprobs), list(o.versions), "stop") for o in olds]
+
+    eng = Verifying()
+    ex = RolloutExecutor(eng, {"a": [1]}, 16, 1.0, speculative=True)
+    ex.bank["a"] = [GenerationOutput([5] * (k + 1), [-0.1] * (k + 1), [0] * (k + 1), "stop", request_id=k) for k in range(8)]
+    for k in range(40):  # a request counter whose draw is not the first two
+        ex._next_id = k
+        if [o.request_id for o in ex._from_bank("a", 2)] != [0, 1]:
+            break
+    expected = ex._from_bank("a", 2)
+    assert [o.request_id for o in expected] != [0, 1]
+    ex.generate([Request("a", 2)], first_round=True)
+    assert eng.seen == expected
+
+
+def test_the_rate_behind_spec_saved_s_survives_a_checkpoint():
+    class Engine:
+        version = 0
+
+        def run_round(self, reqs, **kw):
+            return [], []
+
+    ex = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    ex._s_per_token = 0.01
+    again = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    again.load_state_dict(ex.state_dict())
+    assert again._s_per_token == 0.01  # a resumed step that reuses everything is not priced at 0 s a token

@@ -484,6 +484,20 @@ def test_knapsack_under_a_token_budget_prices_each_prompts_samples_by_its_own_le
             assert min(out["a"], out["b"]) > max(out["c"], out["d"]) and min(out["c"], out["d"]) >= 2, out
 
 
+def test_knapsack_under_a_token_budget_does_not_fail_where_rounded_costs_just_miss() -> None:
+    # five prompts at 0.25, each 1.09 mean lengths long: 11 rollouts hold their minimum groups (10.9) in
+    # exact costs, but not in costs rounded up to 1/8 rollout (5 x 2.25 = 11.25): the check and the DP
+    # must use the same numbers (the DP raised "cheapest options exceed the capacity")
+    uids = [f"q{i}" for i in range(5)]
+    pl = make("knapsack", uids=uids, pps=5, n=4, budget_tokens=1100)
+    for u in uids:
+        pl.estimator.update(pl.index[u], 10, 40)
+        pl.mean_length[u] = 109.0
+    pl.length_estimate = 100.0
+    out = pl.allocator.allocate(pl, uids, 11, StepState(step=0, budget=11))
+    assert sorted(out) == [0, 2, 2, 2, 2] and sum(n * 109 for n in out) <= 1100, out
+
+
 def test_a_token_budget_below_one_group_is_said_once() -> None:
     pl = make("uniform", pps=2, n=4, budget_tokens=100)
     for step in range(3):

@@ -351,10 +351,12 @@ class RolloutExecutor:
         return m
 
     def state_dict(self) -> dict[str, Any]:
-        return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals), "next_id": self._next_id}
+        return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals), "next_id": self._next_id,
+                "s_per_token": self._s_per_token}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.carried = state["carried"]
         self.bank = state["bank"]
         self.totals = dict(state["totals"])
         self._next_id = int(state.get("next_id", 0))
+        self._s_per_token = float(state.get("s_per_token", 0.0))

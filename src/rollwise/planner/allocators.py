@@ -141,7 +141,7 @@ class KnapsackAllocator(Allocator):
             costs, capacity = [options] * len(mixed), int(left)
         else:
             q = self.TOKEN_QUANTUM
-            costs = [np.ceil(options * w[i] * q - 1e-9).astype(np.int64) for i in mixed]
+            costs = [np.rint(options * w[i] * q).astype(np.int64) for i in mixed]  # w is in 1/q steps already
             capacity = int(left * q + 1e-9)
         chosen = solve_mckp(values, costs, capacity)
         out[mixed] = options[chosen]
@@ -153,7 +153,9 @@ class KnapsackAllocator(Allocator):
         if pl.budget_tokens is None:
             return np.ones(len(uids))
         mean = max(pl.length_estimate, 1.0)
-        return np.array([max(pl.mean_length.get(u, mean), 1.0) / mean for u in uids])
+        w = np.array([max(pl.mean_length.get(u, mean), 1.0) / mean for u in uids])
+        q = KnapsackAllocator.TOKEN_QUANTUM  # the DP's quantised costs, so every check uses the same numbers
+        return np.ceil(w * q - 1e-9) / q
 
 
 class StagedAllocator(Allocator):

@@ -274,14 +274,17 @@ def test_a_group_is_delivered_in_the_order_its_samples_were_requested_not_finish
     assert [len(o.response_ids) for o in out.groups["a"]] == [10, 9, 8, 7]
 
 
+class _Idle:
+    """An engine stand-in with nothing to generate (the executor checks for run_round)."""
+
+    version = 0
+
+    def run_round(self, reqs, **kw):
+        return [], []
+
+
 def test_speculative_reuse_draws_from_a_bank_larger_than_the_request_at_random():
-    class Engine:
-        version = 0
-
-        def run_round(self, reqs, **kw):
-            return [], []
-
-    ex = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    ex = RolloutExecutor(_Idle(), {"a": [1]}, 16, 1.0, speculative=True)
     ex.bank["a"] = list(range(8))  # stand-ins for 8 banked responses, those reused whole first
     assert ex._from_bank("a", 8) == list(range(8)) and ex._from_bank("b", 2) == []
     picks = set()
@@ -294,7 +297,7 @@ def test_speculative_reuse_draws_from_a_bank_larger_than_the_request_at_random()
     # and generate() verifies that draw: a bank of 8 responses, a request of 2
     from rollwise.engine.hf import GenerationOutput
 
-    class Verifying(Engine):
+    class Verifying(_Idle):
         def verify(self, prompts, olds, lenience, temperature, max_new):
             self.seen = list(olds)
             return [GenerationOutput(list(o.response_ids), list(o.logprobs), list(o.versions), "stop") for o in olds]
@@ -313,14 +316,8 @@ def test_speculative_reuse_draws_from_a_bank_larger_than_the_request_at_random()
 
 
 def test_the_rate_behind_spec_saved_s_survives_a_checkpoint():
-    class Engine:
-        version = 0
-
-        def run_round(self, reqs, **kw):
-            return [], []
-
-    ex = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    ex = RolloutExecutor(_Idle(), {"a": [1]}, 16, 1.0, speculative=True)
     ex._s_per_token = 0.01
-    again = RolloutExecutor(Engine(), {"a": [1]}, 16, 1.0, speculative=True)
+    again = RolloutExecutor(_Idle(), {"a": [1]}, 16, 1.0, speculative=True)
     again.load_state_dict(ex.state_dict())
     assert again._s_per_token == 0.01  # a resumed step that reuses everything is not priced at 0 s a token

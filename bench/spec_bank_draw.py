@@ -19,7 +19,7 @@ import statistics
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from spec_bank_size import tiny_llama  # noqa: E402  (bench/, the script's folder)
 
 from rollwise.engine.continuous import ContinuousEngine  # noqa: E402
 from rollwise.engine.executor import RolloutExecutor  # noqa: E402
@@ -32,10 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, pad_token_id=0,
-                      eos_token_id=1, bos_token_id=2)
-    model = LlamaForCausalLM(cfg).eval()
+    model = tiny_llama(vocab=8, hidden=32)
     w1 = {k: v + 0.5 * torch.randn(v.shape, generator=torch.Generator().manual_seed(i + 100))
           for i, (k, v) in enumerate(model.state_dict().items())}
 

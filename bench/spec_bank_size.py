@@ -26,6 +26,14 @@ from rollwise.engine.executor import RolloutExecutor  # noqa: E402
 from rollwise.planner.base import Request  # noqa: E402
 
 
+def tiny_llama(vocab: int, hidden: int) -> LlamaForCausalLM:
+    """A 2-layer Llama with random weights (seeded by the caller): pad 0, EOS 1, BOS 2."""
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    return LlamaForCausalLM(cfg).eval()
+
+
 def topk_tensors(topk) -> list[torch.Tensor]:
     return list(topk) if isinstance(topk, tuple) else [t for pair in topk for t in pair]
 
@@ -33,10 +41,7 @@ def topk_tensors(topk) -> list[torch.Tensor]:
 def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, pad_token_id=0,
-                      eos_token_id=1, bos_token_id=2)
-    model = LlamaForCausalLM(cfg).eval()
+    model = tiny_llama(vocab=100, hidden=64)
     eng = ContinuousEngine(model, [], 0, dtype=torch.float32, batch_size=16, num_slots=16, seed=0, record_topk=32)
     prompts = {f"p{i}": [2, 3, 4 + i % 50] for i in range(64)}
     RolloutExecutor(eng, prompts, 64, 1.0).generate([Request(u, 8) for u in prompts])  # warm-up, not banked

@@ -109,7 +109,8 @@ class KnapsackAllocator(Allocator):
         costs 1."""
         idx = pl.indices(uids)
         p, cnt = pl.estimator.mean(idx), pl.estimator.count(idx)
-        w = self._sample_costs(pl, uids)
+        q = self.TOKEN_QUANTUM if pl.budget_tokens is not None else 1  # DP cost units per mean-length rollout
+        w = self._sample_costs(pl, uids, q)
         out = np.zeros(len(uids), dtype=np.int64)
         unseen = cnt < self.cfg.min_observations
         out[unseen] = min(max(self.n, self.min_n), self.max_n)
@@ -137,24 +138,19 @@ class KnapsackAllocator(Allocator):
             return out.tolist()
         options = np.arange(self.min_n, self.max_n + 1)
         values = [informative_value(np.full(len(options), p[i]), options) for i in mixed]
-        if pl.budget_tokens is None:  # every sample costs 1: the DP in rollouts, as exact as it gets
-            costs, capacity = [options] * len(mixed), int(left)
-        else:
-            q = self.TOKEN_QUANTUM
-            costs = [np.rint(options * w[i] * q).astype(np.int64) for i in mixed]  # w is in 1/q steps already
-            capacity = int(left * q + 1e-9)
-        chosen = solve_mckp(values, costs, capacity)
+        costs = [np.rint(options * w[i] * q).astype(np.int64) for i in mixed]  # w is in 1/q steps already
+        chosen = solve_mckp(values, costs, int(left * q + 1e-9))
         out[mixed] = options[chosen]
         return out.tolist()
 
     @staticmethod
-    def _sample_costs(pl: ComposedPlanner, uids: list[str]) -> np.ndarray:
-        """A sample's cost per prompt in rollouts of the mean length: 1 each under a rollout budget."""
+    def _sample_costs(pl: ComposedPlanner, uids: list[str], q: int) -> np.ndarray:
+        """A sample's cost per prompt in rollouts of the mean length, rounded up to 1/q (the DP's units, so
+        every check uses the same numbers): 1 each under a rollout budget."""
         if pl.budget_tokens is None:
             return np.ones(len(uids))
         mean = max(pl.length_estimate, 1.0)
         w = np.array([max(pl.mean_length.get(u, mean), 1.0) / mean for u in uids])
-        q = KnapsackAllocator.TOKEN_QUANTUM  # the DP's quantised costs, so every check uses the same numbers
         return np.ceil(w * q - 1e-9) / q
 
 

@@ -273,15 +273,15 @@ class ComposedPlanner:
             a = max(float(self.cfg.length_ema), 1.0 / self.length_steps)
             self.length_estimate = (1 - a) * self.length_estimate + a * tokens / rollouts
         if self.budget_tokens is not None:
-            self.token_carry = float(np.clip(self.token_carry + self.budget_tokens - tokens,
-                                             -self.budget_tokens, self.budget_tokens))
+            self.charge_tokens(tokens - self.budget_tokens)  # this step's budget in, its tokens out
         self._st = None
         return outcome
 
-    def charge_tokens(self, tokens: int) -> None:
-        """Tokens generated that no group will deliver (partial rollouts' samples dropped as too stale):
-        charged to a token budget (planner.budget_tokens) like delivered ones, so it holds over the run."""
-        if self.budget_tokens is not None and tokens > 0:
+    def charge_tokens(self, tokens: float) -> None:
+        """Charge `tokens` to a token budget's carry (planner.budget_tokens; at most one step's budget
+        either way): a step's own at its end, and tokens generated that no group will deliver (partial
+        rollouts' samples dropped as too stale), so the budget holds over the run."""
+        if self.budget_tokens is not None and tokens:
             self.token_carry = float(np.clip(self.token_carry - tokens, -self.budget_tokens, self.budget_tokens))
 
     def _require_step(self) -> StepState:

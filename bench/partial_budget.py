@@ -25,7 +25,7 @@ import numpy as np
 
 from rollwise.config import PlannerConfig, RewardConfig
 from rollwise.engine.executor import RolloutExecutor
-from rollwise.engine.hf import GenerationOutput
+from rollwise.engine.hf import GenerationOutput, GenerationRequest, RoundFeed, RoundStop
 from rollwise.loop import produce_batch
 from rollwise.planner import build_planner
 
@@ -37,30 +37,64 @@ LENGTHS = [2 + (i * 7) % 19 for i in range(97)]
 class ScriptedEngine:
     """All sequences of a round grow one token per tick; a sequence of request id r ends at
     LENGTHS[r % 97] tokens with a last token 1 (right) or 0. Unfinished sequences come back with their
-    prefix, log-probs and versions, as the continuous engine's do."""
+    prefix, log-probs and versions, as the continuous engine's do. Like the continuous engine it takes
+    follow-up requests into a running round (`feed`, overlapped rounds) and verifies old responses for
+    speculative reuse (`verify`: a seeded share kept whole, else a random prefix kept and one token
+    drawn), and counts what it samples in `stats`. `scale` (prompt token -> factor) stretches a prompt's
+    lengths, so that whole groups finish at different ticks."""
 
-    def __init__(self, uid_of: dict[int, str], seed: int) -> None:
-        self.uid_of, self.rng, self.version = uid_of, np.random.default_rng(seed), 0
+    accepts_feed = True
+
+    def __init__(self, uid_of: dict[int, str], seed: int, scale: dict[int, float] | None = None) -> None:
+        self.uid_of, self.rng, self.version, self.scale = uid_of, np.random.default_rng(seed), 0, scale or {}
+        self.stats = dict.fromkeys(("sampled_tokens", "spec_candidates", "spec_old_tokens", "spec_accepted_tokens",
+                                    "spec_full_reuse", "spec_verify_s"), 0)
 
     def run_round(self, reqs, stop_when=None, token_budget=None, hold=False, feed=None, generator=None):
-        live = [[r, list(r.prefix_ids), list(r.prefix_logprobs), list(r.prefix_versions)] for r in reqs]
-        finished = []
-        while live:
+        live = [self._live(r) for r in reqs]
+        finished: list[GenerationOutput] = []
+        produced, stop, follow = 0, RoundStop(stop_when, token_budget), RoundFeed(feed)
+        while True:
+            live += [self._live(r) for r in follow(finished)]
+            if not live or stop(produced, finished):
+                break
             still = []
             for item in live:
                 r, ids, lps, vs = item
                 ids.append(5)
                 lps.append(-0.5)
                 vs.append(self.version)
-                if len(ids) >= LENGTHS[r.request_id % len(LENGTHS)]:
+                if len(ids) >= max(2, round(LENGTHS[r.request_id % len(LENGTHS)] * self.scale.get(r.prompt_ids[0], 1))):
                     ids[-1] = int(self.rng.random() < RATES[self.uid_of[r.prompt_ids[0]]])
                     finished.append(GenerationOutput(ids, lps, vs, "stop", request_id=r.request_id))
                 else:
                     still.append(item)
+            produced += len(live)
+            self.stats["sampled_tokens"] += len(live)
             live = still
-            if stop_when is not None and live and stop_when(finished):
-                break
         return finished, [replace(r, prefix_ids=ids, prefix_logprobs=lps, prefix_versions=vs) for r, ids, lps, vs in live]
+
+    @staticmethod
+    def _live(r):
+        return [r, list(r.prefix_ids), list(r.prefix_logprobs), list(r.prefix_versions)]
+
+    def verify(self, prompts, olds, lenience, temperature, max_new_tokens):
+        out = []
+        for prompt, old in zip(prompts, olds):
+            L = len(old.response_ids)
+            n = L if self.rng.random() < 0.3 else int(self.rng.integers(0, L))
+            self.stats["spec_candidates"] += 1
+            self.stats["spec_old_tokens"] += L
+            self.stats["spec_accepted_tokens"] += n
+            if n == L:
+                self.stats["spec_full_reuse"] += 1
+                out.append(GenerationOutput(list(old.response_ids), [-0.5] * L, [self.version] * L, "stop"))
+                continue
+            self.stats["sampled_tokens"] += 1  # the token drawn at the first rejection
+            ids = list(old.response_ids[:n]) + [5]
+            out.append(GenerationRequest(list(prompt), max_new_tokens, temperature, prefix_ids=ids,
+                                         prefix_logprobs=[-0.5] * len(ids), prefix_versions=[self.version] * len(ids)))
+        return out
 
 
 class Scorer:

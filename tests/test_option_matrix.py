@@ -8,11 +8,13 @@ defects that single-option tests missed."""
 from __future__ import annotations
 
 import importlib.util
+import io
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from rollwise.config import PlannerConfig, RewardConfig
 from rollwise.engine.executor import RolloutExecutor
@@ -31,21 +33,52 @@ MODES = {  # name: (partial rollouts, overlapped rounds, speculative reuse); ove
     "spec": (False, False, True), "partial+spec": (True, False, True), "overlap+spec": (False, True, True)}
 
 
-def _run(strategy: str, mode: str, budget_tokens: int | None, steps: int = 24):
+def _build(strategy: str, mode: str, budget_tokens: int | None):
     partial, overlap, spec = MODES[mode]
-    cfg = PlannerConfig(strategy=strategy, seed=0, budget_tokens=budget_tokens)
+    name, _, followup = strategy.partition(":")
+    cfg = PlannerConfig(strategy=name, seed=0, budget_tokens=budget_tokens, screen_followup=followup or "same_step")
     ids = {u: [100 + i] for i, u in enumerate(UIDS)}
     run = SimpleNamespace(planner=build_planner(cfg, UIDS, 8, 8, 64, 0), runner=pb.Scorer(),
                           tokenizer=SimpleNamespace(decode=lambda ids, **kw: str(ids[-1])),
                           items_by_uid={u: SimpleNamespace(task="t") for u in UIDS}, ids_by_uid=ids,
                           replay_bank={}, primary="r", cfg=SimpleNamespace(planner=cfg, reward=RewardConfig()))
     # lengths stretched per prompt (x0.5-2): whole groups finish apart, so partial rollouts carry some
-    engine = pb.ScriptedEngine({v[0]: u for u, v in ids.items()}, 1, {v[0]: 0.5 + 0.5 * (i % 4) for i, v in enumerate(ids.values())})
+    engine = pb.ScriptedEngine({v[0]: u for u, v in ids.items()}, 1,
+                               {v[0]: 0.5 + 0.5 * (i % 4) for i, v in enumerate(ids.values())})
     ex = RolloutExecutor(engine, ids, 64, 1.0, partial=partial, retention_limit=2, stop_fraction=0.75,
                          speculative=spec)
     stream = overlap and overlap_rounds(SimpleNamespace(rollout=SimpleNamespace(overlap_rounds=True)), ex, run.planner)
-    rows = []
+    return run, engine, ex, stream
+
+
+def _checkpoint(run, engine, ex) -> bytes:
+    """What the loop saves (planner, replay bank, executor), torch.save'd as the checkpoint is, plus the
+    scripted engine's random state (the real engine's generator is in its own state_dict)."""
+    buf = io.BytesIO()
+    torch.save({"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "executor": ex.state_dict(),
+                "engine_rng": engine.rng.bit_generator.state, "version": engine.version}, buf)
+    return buf.getvalue()
+
+
+def _restore(blob: bytes, run, engine, ex) -> None:
+    state = torch.load(io.BytesIO(blob), weights_only=False)
+    run.planner.load_state_dict(state["planner"])
+    run.replay_bank = state["replay_bank"]
+    ex.load_state_dict(state["executor"])
+    engine.rng.bit_generator.state, engine.version = state["engine_rng"], state["version"]
+
+
+def _run(strategy: str, mode: str, budget_tokens: int | None, steps: int = 24, resume_at: int | None = None):
+    """`steps` steps; with `resume_at`, the run is checkpointed before that step and continued by fresh
+    objects loaded from the checkpoint, as a killed run is resumed."""
+    partial = MODES[mode][0]
+    run, engine, ex, stream = _build(strategy, mode, budget_tokens)
+    rows, trained = [], []
     for step in range(steps):
+        if step == resume_at:
+            blob = _checkpoint(run, engine, ex)
+            run, engine, ex, stream = _build(strategy, mode, budget_tokens)
+            _restore(blob, run, engine, ex)
         sampled = engine.stats["sampled_tokens"]
         p = produce_batch(run, step, ex, stream=stream)
         m = p.executor_metrics
@@ -55,20 +88,24 @@ def _run(strategy: str, mode: str, budget_tokens: int | None, steps: int = 24):
                 assert 0 <= step - min(smp.versions) <= (2 if partial else 0), (step, smp.versions)
         rows.append((m["rollout/rollouts"], m["rollout/tokens"], len(p.batch), p.tokens,
                      engine.stats["sampled_tokens"] - sampled, m.get("spec/tokens_reused", 0.0)))
+        trained.append([(s.prompt_uid, s.group_id, tuple(s.response_ids), tuple(s.behaviour_logprobs), tuple(s.versions), s.reward, s.stop_gradient)
+                        for s in p.batch])
         engine.version = step + 1
-    return rows, ex, stream
+    return rows, ex, stream, trained
 
 
 # rollout.overlap_rounds=true: every preset that can take groups one by one (DAPO's and DARS's second
-# rounds need the whole first round; the config refuses the option for them)
-CASES = [(s, m) for s in STRATEGIES for m in MODES if not (MODES[m][1] and s in ("dapo", "dars"))]
+# rounds need the whole first round; the config refuses the option for them); adaptive also with its
+# probes' follow-ups queued for the next step (planner.screen_followup=next_step)
+CASES = [(s, m) for s in [*STRATEGIES, "adaptive:next_step"] for m in MODES
+         if not (MODES[m][1] and s in ("dapo", "dars"))]
 
 
 @pytest.mark.parametrize("budget_tokens", [None, 700])
 @pytest.mark.parametrize(("strategy", "mode"), CASES)
 def test_every_preset_keeps_its_samples_and_its_budget_under_every_rollout_option(strategy, mode, budget_tokens
                                                                                  ) -> None:
-    rows, ex, stream = _run(strategy, mode, budget_tokens)
+    rows, ex, stream, _ = _run(strategy, mode, budget_tokens)
     t = ex.totals
     assert t["requested"] == t["delivered"] + t["dropped_stale"] + ex.buffered(), (t, ex.buffered())
     r = np.array(rows)
@@ -83,3 +120,13 @@ def test_every_preset_keeps_its_samples_and_its_budget_under_every_rollout_optio
         else:
             assert tokens.mean() <= budget_tokens * 1.15, tokens
     assert r[:, 2].sum() > 0  # something was trained
+
+
+@pytest.mark.parametrize(("strategy", "mode"), CASES)
+def test_a_run_checkpointed_and_resumed_mid_way_trains_what_the_uninterrupted_run_trains(strategy, mode) -> None:
+    """Planner belief, carried partial samples, the speculative bank, the replay bank and every random
+    state survive the checkpoint: the resumed run trains the same samples, step for step."""
+    rows, _, _, trained = _run(strategy, mode, 700, steps=16)
+    rows2, _, _, trained2 = _run(strategy, mode, 700, steps=16, resume_at=9)
+    assert trained2 == trained
+    assert rows2 == rows

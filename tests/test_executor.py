@@ -4,6 +4,7 @@ speculative reuse keeps the new policy's distribution (statistically, at lenienc
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -321,3 +322,44 @@ def test_the_rate_behind_spec_saved_s_survives_a_checkpoint():
     again = RolloutExecutor(_Idle(), {"a": [1]}, 16, 1.0, speculative=True)
     again.load_state_dict(ex.state_dict())
     assert again._s_per_token == 0.01  # a resumed step that reuses everything is not priced at 0 s a token
+
+
+def test_carried_partial_samples_restart_from_the_prompt_on_an_engine_that_cannot_continue_them(capsys):
+    """A checkpoint of a partial-rollouts run resumed with rollout.engine=hf: the HF engine ignores a
+    request's prefix, so the executor restarts those samples from the prompt and says so, instead of
+    handing the engine prefixes it drops without a word."""
+    from rollwise.engine.hf import GenerationOutput
+
+    class PrefixCutter:
+        """Hands back each request cut to 3 of its prefix tokens plus 2 new ones (run_round), like the
+        continuous engine stopping a round early."""
+
+        version = 0
+
+        def run_round(self, reqs, stop_when=None, token_budget=None, hold=False, feed=None, generator=None):
+            return [], [replace(q, prefix_ids=[7, 7, 7], prefix_logprobs=[-0.1] * 3, prefix_versions=[0] * 3)
+                        for q in reqs]
+
+    class Whole:
+        """The HF engine's interface: generate() only; it records the prefixes it was handed."""
+
+        version = 1
+
+        def __init__(self):
+            self.prefixes = []
+
+        def generate(self, reqs, generator=None):
+            self.prefixes += [list(q.prefix_ids) for q in reqs]
+            return [GenerationOutput([5, 5], [-0.1, -0.1], [1, 1], "stop") for _ in reqs]
+
+    ex = RolloutExecutor(PrefixCutter(), {"a": [1]}, 16, 1.0, partial=True)
+    ex.generate([Request("a", 4)], first_round=True)
+    assert ex.buffered() == 4
+    eng = Whole()
+    resumed = RolloutExecutor(eng, {"a": [1]}, 16, 1.0)
+    resumed.load_state_dict(ex.state_dict())
+    assert "restart from the prompt" in capsys.readouterr().err
+    out = resumed.generate([], first_round=True)
+    assert eng.prefixes == [[]] * 4  # nothing handed over to be dropped silently
+    assert [len(o.response_ids) for o in out.adopted["a"]] == [2] * 4
+    assert resumed.totals["requested"] == resumed.totals["delivered"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -360,3 +361,18 @@ class RolloutExecutor:
         self.totals = dict(state["totals"])
         self._next_id = int(state.get("next_id", 0))
         self._s_per_token = float(state.get("s_per_token", 0.0))
+        if not hasattr(self.engine, "run_round"):
+            self._restart_carried()
+
+    def _restart_carried(self) -> None:
+        """An engine without run_round (rollout.engine=hf) cannot continue a response: the carried
+        samples of a partial-rollouts checkpoint restart from the prompt, said once."""
+        started = [q for g in self.carried.values() for q in g.pending if q.prefix_ids]
+        if not started:
+            return
+        for g in self.carried.values():
+            g.pending = [replace(q, prefix_ids=[], prefix_logprobs=[], prefix_versions=[], prefix_topk=[])
+                         for q in g.pending]
+        print(f"rollwise: note: the checkpoint holds {len(started)} partly generated samples "
+              f"({sum(len(q.prefix_ids) for q in started)} tokens) that this engine cannot continue; they restart "
+              "from the prompt (rollout.engine=continuous continues them)", file=sys.stderr)

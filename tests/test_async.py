@@ -239,6 +239,11 @@ def test_a_cancelled_in_process_worker_stops_at_its_next_chunk(tiny_model_dir):
     store.worker.cancelled = False
     out = pool.generate([Request("a", 2)])  # without the cancel the same round runs to its end
     assert sum(len(o.response_ids) for o in out.groups["a"]) == 80
+    # a resume keeps counting worker restarts (async/worker_restarts) from where the run was
+    pool.restarts = 2
+    again = RolloutPool(spec, store)
+    again.load_state_dict(pool.state_dict())
+    assert again.restarts == 2
 
 
 def test_the_async_loop_cancels_its_pool_when_the_trainer_fails(tiny_model_dir, tmp_path, monkeypatch):

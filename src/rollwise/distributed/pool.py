@@ -142,10 +142,12 @@ class RolloutPool:
             import ray
 
             return {"workers": ray_get(lambda: ray.get([w.state_dict.remote() for w in self.workers]),
-                                       "a rollout worker, asked for its state for the checkpoint,")}
-        return {"workers": [w.state_dict() for w in self.workers]}
+                                       "a rollout worker, asked for its state for the checkpoint,"),
+                    "restarts": self.restarts}
+        return {"workers": [w.state_dict() for w in self.workers], "restarts": self.restarts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.restarts = int(state.get("restarts", 0))  # async/worker_restarts counts the whole run
         states = state.get("workers", [])
         if len(states) != len(self.workers):
             return  # a different number of workers: they start with fresh sampling streams

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -241,6 +242,23 @@ def test_runner_fails_fast_on_unimportable_function(user_module: str) -> None:
     cfg = RewardConfig(functions=[{"name": "exact_match"}, {"name": f"{user_module}:nope"}])
     with pytest.raises(ConfigError, match=f"{user_module}:nope"):
         RewardRunner(cfg)
+
+
+def test_a_reward_module_that_exits_or_hangs_at_import_is_a_config_error(tmp_path, monkeypatch) -> None:
+    """sys.exit() at import made rollwise exit without a word; a module that hangs at import hung it
+    before the reward worker's start-up limit applied (the check imports it in this process first)."""
+    from rollwise.rewards import runner as runner_mod
+
+    (tmp_path / "rw_exits.py").write_text("import sys\nsys.exit(3)\ndef score(completion, item):\n    return 1.0\n")
+    (tmp_path / "rw_hangs.py").write_text("import time\ntime.sleep(30)\ndef score(completion, item):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"rw_exits.py:score': cannot import .*SystemExit"):
+        load_user_function("rw_exits.py:score")
+    monkeypatch.setattr(runner_mod, "STARTUP_TIMEOUT", 0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"rw_hangs.py:score'.* more than 0.5 s"):
+        RewardRunner(RewardConfig(functions=[{"name": "rw_hangs.py:score"}]))
+    assert time.perf_counter() - t0 < 10
 
 
 # ------------------------------------------------------------------ the runner

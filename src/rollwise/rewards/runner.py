@@ -122,6 +122,31 @@ def _stop(proc: Any, conn: Connection) -> None:
     proc.join(timeout=5)
 
 
+def _resolve_in_time(name: str) -> None:
+    """resolve(name) in this process, given STARTUP_TIMEOUT as the worker is: a module that hangs at
+    import would otherwise hang the run before any limit applies. The import runs in a daemon thread
+    that is left behind when it takes too long (the run stops with the error)."""
+    box: dict[str, BaseException] = {}
+
+    def target() -> None:
+        from rollwise.rewards.verifiers import resolve
+
+        try:
+            resolve(name)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=target, name=f"rollwise-import-{name}", daemon=True)
+    t.start()
+    t.join(STARTUP_TIMEOUT)
+    if t.is_alive():
+        raise ConfigError(f"reward function '{name}': importing it took more than {STARTUP_TIMEOUT:g} s; does its "
+                          "module do work at import (a download, a server, input())? Move that into the function "
+                          "or behind a cache, then start again")
+    if "error" in box:
+        raise box["error"]
+
+
 class RewardRunner:
     """Scores batches with the weighted sum of `cfg.functions`; see the module docstring.
 
@@ -130,8 +155,6 @@ class RewardRunner:
     """
 
     def __init__(self, cfg: RewardConfig) -> None:
-        from rollwise.rewards.verifiers import resolve
-
         self.cfg = cfg
         self.names = [spec.name for spec in cfg.functions]
         self.weights = [spec.weight for spec in cfg.functions]
@@ -142,7 +165,7 @@ class RewardRunner:
                 key, k = f"{name}#{k}", k + 1
             self.keys.append(key)
         for name in self.names:
-            resolve(name)  # fail fast: ConfigError naming the function
+            _resolve_in_time(name)  # fail fast: ConfigError naming the function
         self.restarts = 0
         self._told: set[tuple[str, str]] = set()  # (function, kind) already shown on stderr
         self._started = False  # whether a worker has started once (a later failure to start is not the config's)

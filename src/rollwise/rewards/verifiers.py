@@ -324,7 +324,7 @@ def load_user_function(spec: str) -> RewardFn:
     except FileNotFoundError as e:
         raise ConfigError(f"reward function '{spec}': file '{module_name}' not found (looked for it from "
                           f"{os.getcwd()})") from e
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # sys.exit() at import would end rollwise without a word
         raise ConfigError(
             f"reward function '{spec}': cannot import module '{module_name}' "
             f"({type(e).__name__}: {e}); is it on PYTHONPATH (the current folder is), or give its file: "

@@ -44,6 +44,13 @@ def test_wrong_type_and_impossible_values():
         load_config(None, ["algo.epsilon=0.3", "algo.epsilon_high=0.2"])
     with pytest.raises(ConfigError, match="unknown reward"):
         load_config(None, ["reward.functions=[{name: nope}]"])
+    # inf and NaN pass a bound like gt=0 and then ruin the run (lr=inf trained to NaN weights, exit 0)
+    for key in ("train.learning_rate=.inf", "rollout.temperature=.inf", "reward.truncated_reward=.nan",
+                "planner.success_threshold=.nan", "train.learning_rate=nan"):
+        with pytest.raises(ConfigError, match=key.split("=")[0].split(".")[-1] + ".*finite"):
+            load_config(None, [key])
+    with pytest.raises(ConfigError, match="weight.*finite"):
+        load_config(None, ["reward.functions=[{name: reasoning_gym}, {name: format, weight: .nan}]"])
 
 
 def test_empty_lists_and_contradictory_settings_stop_before_the_model_loads():

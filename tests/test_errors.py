@@ -142,7 +142,8 @@ def test_a_reward_worker_that_cannot_start_names_the_functions(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize(("command", "says"), [("train", "run.output_dir"), ("export", "OUT_DIR"),
-                                               ("eval", "model.cache_dir")])
+                                               ("eval", "model.cache_dir"), ("report", "-o PATH"),
+                                               ("simulate", "--out DIR")])
 def test_a_folder_that_cannot_be_written_says_what_to_change(monkeypatch, capsys, command, says):
     def denied(args):
         raise PermissionError(errno.EACCES, "Permission denied", "/runs/x")
@@ -159,11 +160,41 @@ def _parser_running(fn):
     def build():
         p = argparse.ArgumentParser()
         sub = p.add_subparsers(dest="command")
-        for name in ("train", "export", "eval"):
+        for name in ("train", "export", "eval", "report", "simulate"):
             sub.add_parser(name).set_defaults(func=fn)
         return p
 
     return build
+
+
+def test_an_output_path_under_a_file_says_what_to_change(monkeypatch, capsys):
+    def under_a_file(args):  # run.output_dir=some_file: mkdir raised NotADirectoryError, a traceback
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", "/tmp/afile.txt/run")
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(under_a_file))
+    assert main(["train"]) == 2
+    err = capsys.readouterr().err
+    assert "/tmp/afile.txt/run: a part of this path is a file, not a folder" in err and "run.output_dir" in err
+
+
+def test_a_diverged_update_is_one_line_that_says_what_to_lower(monkeypatch, capsys):
+    from rollwise.errors import TrainingDivergedError
+
+    def diverged(args):
+        raise TrainingDivergedError("the gradient is not finite")
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(diverged))
+    assert main(["train"]) == 2
+    assert "rollwise: error: the gradient is not finite" in capsys.readouterr().err
+
+
+def test_ctrl_c_says_resume_only_for_a_run_with_a_checkpoint(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", _parser_running(interrupted))
+    assert main(["train"]) == 130
+    assert "a run that saved a checkpoint resumes with `rollwise train --resume RUN_DIR`" in capsys.readouterr().err
 
 
 def test_the_disk_full_hint_fits_the_command(monkeypatch, capsys):

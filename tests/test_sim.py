@@ -474,7 +474,9 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
                            (["--strategies", "uniform", "adaptive", "adaptive"], "'adaptive' twice"),
                            (["--revisit-decay", "1.5"], "--revisit-decay is a factor in [0, 1]"),
                            (["--seed-offset", "-1"], "--seed-offset must be in [0, 2**32"),
-                           (["--fit-steps", "3"], "give --fit RUN_DIR too")):
+                           (["--fit-steps", "3"], "give --fit RUN_DIR too"),
+                           (["--lr", "nan"], "--lr must be a finite number"),
+                           (["--drift", "inf"], "--drift must be a finite number")):
         a = parser.parse_args(["simulate", *bad_args, "--out", str(tmp_path), "--quiet"])
         assert a.func(a) == 2
         assert says in capsys.readouterr().err

@@ -199,6 +199,53 @@ def test_the_token_budget_decay_starts_where_warm_up_ends(tiny_model_dir):
     assert again._apply_lr(0.8) == pytest.approx(tr._apply_lr(0.8)) == pytest.approx(2.5e-4)
 
 
+def test_a_resume_that_changes_the_learning_rate_trains_at_the_new_rate(tiny_model_dir):
+    """The scheduler's saved base rate overrode train.learning_rate on resume: the resume said it changed
+    the rate, then trained at the old one."""
+    ov = ["model.dtype=float32", "train.warmup_steps=0", "train.lr_scheduler=constant", "train.max_steps=100"]
+    tr = PolicyTrainer(load_config(None, [*ov, "train.learning_rate=1e-3"]), load_model(str(tiny_model_dir)), pad_id=0)
+    tr.optimizer.step()
+    tr.scheduler.step()
+    again = PolicyTrainer(load_config(None, [*ov, "train.learning_rate=1e-4"]), load_model(str(tiny_model_dir)),
+                          pad_id=0)
+    again.load_state_dict(tr.state_dict())
+    assert again._apply_lr(0.0) == pytest.approx(1e-4)
+    assert again.scheduler.last_epoch == 1  # the schedule's position is the checkpoint's
+
+
+def test_an_update_whose_gradient_is_not_finite_is_refused_and_applies_nothing(tiny_model_dir):
+    """A diverged policy (a learning rate far too high) trained on to NaN weights, saved them and ended with
+    exit code 0."""
+    from rollwise.errors import TrainingDivergedError
+
+    model = load_model(str(tiny_model_dir))
+    tr = PolicyTrainer(load_config(None, ["model.dtype=float32", "train.warmup_steps=0"]), model, pad_id=0)
+    samples = _samples()
+    tr.compute_advantages(samples)
+    p = next(q for q in model.parameters() if q.requires_grad)
+    with torch.no_grad():
+        p[0, 0] = float("nan")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(TrainingDivergedError, match="not finite.*train.learning_rate"):
+        tr.update(samples)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if torch.isfinite(before[k]).all())
+    # a step that overflows (a rate far too high) from a finite gradient: stopped before any save
+    model = load_model(str(tiny_model_dir))
+    tr = PolicyTrainer(load_config(None, ["model.dtype=float32", "train.warmup_steps=0"]), model, pad_id=0)
+    tr.compute_advantages(samples)
+    step = tr.optimizer.step
+
+    def overflowing_step():
+        step()
+        with torch.no_grad():
+            next(q for q in model.parameters() if q.requires_grad)[0, 0] = float("inf")
+
+    tr.optimizer.step = overflowing_step
+    with pytest.raises(TrainingDivergedError, match="left weights that are not finite"):
+        tr.update(samples)
+
+
 # ---------------------------------------------------------------- off-policy corrections
 
 NO_CLIP = "train.max_grad_norm=1e9"  # the captured gradients are taken after clipping: keep it out of the way

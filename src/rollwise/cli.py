@@ -198,6 +198,10 @@ def write_hint(command: str | None) -> str:
         return "where it is an output, set run.output_dir (or model.cache_dir) to a folder you can write."
     if command == "export":
         return "where it is the output, give an OUT_DIR you can write."
+    if command == "report":
+        return "where it is the plot, give -o PATH where you can write."
+    if command == "simulate":
+        return "where it is the output, give --out DIR where you can write."
     return "where it is the converted model's cache, set model.cache_dir to a folder you can write."
 
 
@@ -210,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     from rollwise.config import ConfigError
-    from rollwise.errors import RewardWorkerError, RolloutWorkerError, RunInUseError
+    from rollwise.errors import RewardWorkerError, RolloutWorkerError, RunInUseError, TrainingDivergedError
     from rollwise.models import ModelError
     from rollwise.tracking import StorageError
     from rollwise.training.checkpoint import CheckpointError
@@ -218,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
-            UsageError, RolloutWorkerError, RewardWorkerError, RunInUseError) as e:
+            UsageError, RolloutWorkerError, RewardWorkerError, RunInUseError, TrainingDivergedError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = "; resume with `rollwise train --resume RUN_DIR`" if args.command == "train" else ""
+        hint = ("; a run that saved a checkpoint resumes with `rollwise train --resume RUN_DIR`"
+                if args.command == "train" else "")
         print(f"rollwise: interrupted{hint}", file=sys.stderr)
         return 130
     except (MemoryError, RuntimeError) as e:
@@ -240,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             target = f" for {e.filename}" if e.filename else ""
             print(f"rollwise: error: permission denied{target} ({e.strerror}); make it readable (or writable, for "
                   f"an output) by you, or {write_hint(args.command)}", file=sys.stderr)
+            return 2
+        if e.errno == errno.ENOTDIR:
+            print(f"rollwise: error: {e.filename}: a part of this path is a file, not a folder; "
+                  f"{write_hint(args.command)}", file=sys.stderr)
             return 2
         raise
 

@@ -13,3 +13,7 @@ class RewardWorkerError(RuntimeError):
 
 class RunInUseError(RuntimeError):
     """Another process trains in the same run folder (its metrics and checkpoints would interleave)."""
+
+
+class TrainingDivergedError(RuntimeError):
+    """An update's gradient was not finite (nothing was applied); the message says what to lower."""

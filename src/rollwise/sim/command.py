@@ -397,6 +397,9 @@ def json_nulls(data: Any) -> str:
 
 def bad_arguments(args: argparse.Namespace) -> str | None:
     """The first argument outside its range, said plainly (None when all are fine)."""
+    for k, v in vars(args).items():  # NaN passes every comparison below
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"--{k.replace('_', '-')} must be a finite number, got {v}"
     at_least_1 = ("seeds", "steps", "prompts_per_step", "num_generations", "pool", "eval_size", "max_len", "workers")
     for k in at_least_1:
         if getattr(args, k) is not None and getattr(args, k) < 1:

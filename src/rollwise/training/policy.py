@@ -26,6 +26,7 @@ import torch
 
 from rollwise import algos
 from rollwise.config import Config
+from rollwise.errors import TrainingDivergedError
 from rollwise.models import compute_dtype
 from rollwise.training.logprobs import pack, pack_shared, response_logprobs, shares_prompts
 from rollwise.types import Sample
@@ -152,6 +153,8 @@ class PolicyTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        # the saved base rate would override train.learning_rate, which a resume may change
+        self.scheduler.base_lrs = [self.cfg.train.learning_rate] * len(self.optimizer.param_groups)
         past_warmup = self.scheduler.last_epoch > self.cfg.train.warmup_steps
         # older checkpoints: the decay counted from the run's first token
         self._decay_from = state.get("decay_from", 0.0 if past_warmup else self._decay_from)
@@ -193,6 +196,12 @@ class PolicyTrainer:
         for g, base in zip(self.optimizer.param_groups, self.scheduler.base_lrs):
             g["lr"] = base * f(self.scheduler.last_epoch)
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def _diverged(self, what: str) -> TrainingDivergedError:
+        return TrainingDivergedError(
+            f"{what}. The policy has diverged: the learning rate is too high (train.learning_rate="
+            f"{self.cfg.train.learning_rate:g}) or the rewards' scale too large. Continue from the last checkpoint "
+            "with a lower rate (`rollwise train --resume RUN_DIR train.learning_rate=...`), or start again")
 
     def update(self, samples: list[Sample], budget: tuple[float, float] | None = None) -> dict[str, float]:
         """num_iterations optimizer steps on `samples` (advantages already set).
@@ -300,7 +309,13 @@ class PolicyTrainer:
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 [p for p in self.model.parameters() if p.requires_grad], self.cfg.train.max_grad_norm
             )
+            if not math.isfinite(float(grad_norm)):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise self._diverged(f"the gradient of this update is not finite (norm {float(grad_norm)}); nothing "
+                                     "was applied")
             self.optimizer.step()
+            if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters() if p.requires_grad):
+                raise self._diverged("this update left weights that are not finite; they are not saved")
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         out = {f"loss/{k}": v / tok_w for k, v in sums.items()} if tok_w else {}

@@ -234,3 +234,15 @@ def test_a_checkpoint_folder_moved_out_of_its_run_says_to_put_it_back(tmp_path, 
     (run / "checkpoints").mkdir(parents=True)
     with pytest.raises(ModelError, match="`rollwise eval .*` evaluates it"):
         resolve_model_path(str(run))
+
+
+def test_a_misspelt_built_in_model_name_is_said_at_once(monkeypatch):
+    """smollm2-135M was taken for a hub id: about a minute of network retries, offline, before the error."""
+    from rollwise import models
+
+    monkeypatch.setattr(models, "_convert_builtin", lambda *a: pytest.fail("not the built-in name"))
+    for name in ("smollm2-135M", "SmolLM2-135m", "smollm2-135"):
+        with pytest.raises(models.ModelError, match=f"'{name}'.*did you mean 'smollm2-135m'"):
+            models.resolve_model_path(name)
+    assert models.resolve_model_path("gpt2") == "gpt2"  # a hub id is left to the hub
+    assert models.resolve_model_path("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"

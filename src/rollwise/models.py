@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
 import importlib.util
 import inspect
@@ -160,6 +161,10 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
                     f"`rollwise export {name_or_path} OUT_DIR` writes a model folder to give here" if run else "")
             raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder{hint}")
         return str(p)
+    near = difflib.get_close_matches(name_or_path.lower(), BUILTIN_MODELS, n=1, cutoff=0.85)
+    if near and "/" not in name_or_path:  # a hub id has an owner; this is a built-in name misspelt
+        raise ModelError(f"unknown model '{name_or_path}': did you mean '{near[0]}' (built in, works offline; names are "
+                         "lower case)?")
     return name_or_path
 
 

@@ -173,8 +173,13 @@ def test_file_task_errors(tmp_path: Path) -> None:
         build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(bad))]), seed=0)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", answer: 2\n')
-    with pytest.raises(ConfigError, match=r"could not read .*broken.jsonl.*JSON"):
+    with pytest.raises(ConfigError, match=r"could not read .*broken.jsonl.*JSON.*one JSON object per line"):
         build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(broken))]), seed=0)
+    broken_csv = tmp_path / "broken.csv"  # the hint fits the format (it said "one JSON object per line" here too)
+    broken_csv.write_text('prompt,answer\n"a,1\nb,2,3,4\n')
+    with pytest.raises(ConfigError, match=r"could not read .*broken.csv.*a header row") as e:
+        build_items(DataConfig(tasks=[TaskSpec(name="m", path=str(broken_csv))]), seed=0)
+    assert "JSON" not in str(e.value).split(";")[-1]
 
 
 def test_conversational_prompts_are_read_and_list_cells_are_refused(tmp_path: Path, caplog) -> None:

@@ -126,6 +126,15 @@ def test_vllm_missing_is_a_clean_error(tiny_model_dir, tmp_path, capsys):
     assert "Loading" not in err and not (tmp_path / "vllm").exists()  # said before the model loads or a folder is made
 
 
+def test_cuda_without_a_gpu_is_said_before_a_run_folder_is_made(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "cuda", 1, ["model.device=cuda"])]) == 2
+    err = capsys.readouterr().err
+    assert "model.device=cuda but torch sees no CUDA device" in err and not (tmp_path / "cuda").exists()
+
+
 def test_a_reward_worker_that_cannot_start_names_the_functions(tmp_path, monkeypatch):
     from rollwise.config import RewardConfig
     from rollwise.rewards import RewardRunner

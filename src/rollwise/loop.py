@@ -263,12 +263,15 @@ class Produced:
     executor_metrics: dict[str, float]
 
 
+NO_CUDA = "model.device=cuda but torch sees no CUDA device; use model.device=cpu"
+
+
 def load_policy(cfg: Config, path: str) -> torch.nn.Module:
     """The policy in fp32 master weights on `model.device` (LoRA is applied later, by `make_trainer`)."""
     model = load_model(path, torch.float32)
     if cfg.model.device == "cuda":
         if not torch.cuda.is_available():
-            raise ModelError("model.device=cuda but torch sees no CUDA device; use model.device=cpu")
+            raise ModelError(NO_CUDA)
         model = model.to("cuda")
     return model
 
@@ -299,6 +302,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     warn_idle_gpu(cfg)
     warn_unused_settings(cfg)
     run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
+    if cfg.model.device == "cuda" and cfg.distributed.backend == "local" and not torch.cuda.is_available():
+        raise ModelError(NO_CUDA)  # before any folder is made (Ray's trainer actor may hold the GPU instead)
 
     # data and rewards (reward functions are imported here: fail before the model loads)
     if cfg.rollout.engine == "vllm" and cfg.distributed.backend == "local":  # Ray workers may have the GPU instead

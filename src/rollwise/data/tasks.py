@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 MAX_FILE_EVAL_SHARE = 0.2
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_FORMAT_HINT = {".jsonl": "one JSON object per line", ".json": "a JSON list of objects, or one object per line",
+                ".csv": "a header row, then one row per item; quote cells that hold commas",
+                ".parquet": "a Parquet table"}
 _LIST_HINT = "python -c \"import reasoning_gym.factory as f; print(sorted(f.DATASETS))\""
 
 
@@ -285,8 +288,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
     except Exception as e:  # datasets wraps parser errors in its own types; the cause names the line
         cause = e.__cause__ or e.__context__ or e
         raise ConfigError(f"data.tasks['{task.name}']: could not read '{path}' as {path.suffix} "
-                          f"({type(cause).__name__}: {str(cause)[:300]}); fix the file (one JSON object per line "
-                          "for .jsonl) or convert it") from None
+                          f"({type(cause).__name__}: {str(cause)[:300]}); fix the file ({_FORMAT_HINT[path.suffix.lower()]}) "
+                          "or convert it") from None
     for col, key in ((task.prompt_column, "prompt_column"), (task.answer_column, "answer_column")):
         if col not in ds.column_names:
             raise ConfigError(

@@ -29,9 +29,11 @@ def test_a_run_stopped_early_by_its_evaluations():
     assert stop_reason(cfg, _steps(6) + evals[:2], "runs/x").startswith("not finished")
 
 
-def test_an_unfinished_run_says_how_to_continue_it():
-    assert stop_reason(CFG, _steps(3), "runs/r1") == ("not finished: step 3 of 10 (killed, or still running); "
-                                                       "`rollwise train --resume runs/r1` continues from its last checkpoint")
+def test_an_unfinished_run_says_how_to_continue_it(tmp_path):
+    (tmp_path / "r1" / "checkpoints" / "step_000002").mkdir(parents=True)
+    run = tmp_path / "r1"
+    assert stop_reason(CFG, _steps(3), run) == ("not finished: step 3 of 10 (killed, or still running); "
+                                                f"`rollwise train --resume {run}` continues from its last checkpoint")
 
 
 def test_nothing_to_say_without_steps_or_config():

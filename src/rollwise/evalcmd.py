@@ -24,7 +24,9 @@ from rollwise.config import (
 )
 
 
-def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path | None]:
+def _target_config(target: str | None, items: list[str], command: str = "eval") -> tuple[Config, Path | None]:
+    """The config and checkpoint that `rollwise eval` (or, with command="export", `rollwise export`) works on:
+    a run folder's last checkpoint, a checkpoint folder, or else a model named by `target`."""
     from rollwise.cli import _split_args
     from rollwise.loop import FIXED_ON_RESUME
     from rollwise.models import looks_local
@@ -52,15 +54,27 @@ def _target_config(target: str | None, items: list[str]) -> tuple[Config, Path |
                                   "of the CONFIG.yaml or overrides given here")
             ckpt = t if (t / "weights.safetensors").is_file() else latest_checkpoint(run_dir)
             if ckpt is None:
-                raise FileNotFoundError(f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its "
-                                        "first one): rerun it, or evaluate its base model with "
-                                        "`rollwise eval MODEL`")
+                raise FileNotFoundError(no_checkpoint_message(run_dir, command))
             return cfg, ckpt
         if not t.exists() and looks_local(target):
             raise FileNotFoundError(f"'{target}' not found: give a run folder (runs/<name>), a checkpoint folder "
                                     "(runs/<name>/checkpoints/step_N) or a model folder")
         overrides = [f"model.name_or_path={target}", *overrides]
     return load_config(config, overrides), ckpt
+
+
+def no_checkpoint_message(run_dir: Path, command: str = "eval") -> str:
+    """What `rollwise eval` or `rollwise export` says of a run folder with no step checkpoint."""
+    if command != "export":
+        return (f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its first one): rerun "
+                "it, or evaluate its base model with `rollwise eval MODEL`")
+    again = (f"`rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} run.output_dir={run_dir.parent}`")
+    best = Path(run_dir) / "checkpoints" / "best"
+    saved = (f"; or export the best weights it saved (eval.save_best): `rollwise export {best} OUT_DIR`"
+             if (best / "weights.safetensors").is_file() else "")
+    return (f"run folder {run_dir} has no checkpoint to export (the run stopped before its first one; run.save_every "
+            f"sets how often they are written): start it again with {again} and export it once it has written "
+            f"a checkpoint{saved}")
 
 
 def eval_engine(cfg: Config, path: str, ckpt: Path | None, tok: Any) -> Any:

@@ -48,7 +48,7 @@ def run_export_command(args: argparse.Namespace) -> int:
     target = Path(args.target)
     if not target.exists():
         raise FileNotFoundError(f"'{args.target}' not found: give a run folder (runs/<name>) or a checkpoint folder")
-    cfg, ckpt = _target_config(args.target, [])
+    cfg, ckpt = _target_config(args.target, [], command="export")
     if ckpt is None:
         alone = (target / "weights.safetensors").is_file()
         raise FileNotFoundError(f"'{args.target}' is not a run or checkpoint folder (no config.yaml there or two "

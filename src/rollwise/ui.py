@@ -83,9 +83,27 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     return cfg if isinstance(cfg, dict) else {}
 
 
+def checkpointed_step(run_dir: Path | str) -> int | None:
+    """The step of the run's last checkpoint (checkpoints/step_N), None when it has none (as
+    training.checkpoint.latest_checkpoint finds it, without importing torch)."""
+    steps = [int(p.name[5:]) for p in (Path(run_dir) / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
+    return max(steps, default=None)
+
+
+def final_eval_missing(cfg: dict[str, Any], history: list[dict[str, Any]], last: int) -> bool:
+    """The run's config has eval.at_end on (and held-out items) but metrics.jsonl holds no evaluation of
+    its last step `last`: the rule of loop.final_eval_due, so a resume makes that evaluation. A stop by
+    early stopping has evaluated its last step already."""
+    ev, data = cfg.get("eval") or {}, cfg.get("data") or {}
+    if ev.get("at_end") is not True or last == 0 or not (data.get("eval_size", 300) or 0) > 0:
+        return False
+    return not any(h.get("step") == last and "eval/accuracy" in h for h in history)
+
+
 def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Path | str = "RUN_DIR") -> str | None:
     """Why the run's last step is its last, from its config and metrics: train.max_steps, the
-    rollout-token budget, early stopping, or not finished (killed, or still running)."""
+    rollout-token budget, early stopping, or not finished (killed, or still running; its final
+    evaluation missing; or stopped before its first checkpoint, so it is started again)."""
     train, ev = cfg.get("train") or {}, cfg.get("eval") or {}
     steps = [h for h in history if "rollout/reward_mean" in h]
     if not steps or "max_steps" not in train:
@@ -94,12 +112,25 @@ def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Pat
     budget, tokens = train.get("max_rollout_tokens"), steps[-1].get("rollout/tokens_total", 0)
     since = [h["eval/evals_since_best"] for h in history if "eval/evals_since_best" in h]
     patience = ev.get("early_stopping_patience") or 0
+    reason = None
     if last >= max_steps:
-        return f"train.max_steps={max_steps}"
-    if budget is not None and tokens >= budget:
-        return f"the rollout-token budget (train.max_rollout_tokens={budget}) at step {last} of {max_steps}"
-    if patience and since and since[-1] >= patience:
-        return f"early stopping (eval.early_stopping_patience={patience}) at step {last} of {max_steps}"
+        reason = f"train.max_steps={max_steps}"
+    elif budget is not None and tokens >= budget:
+        reason = f"the rollout-token budget (train.max_rollout_tokens={budget}) at step {last} of {max_steps}"
+    elif patience and since and since[-1] >= patience:
+        reason = f"early stopping (eval.early_stopping_patience={patience}) at step {last} of {max_steps}"
+    ckpt = checkpointed_step(run_dir)
+    if reason and not final_eval_missing(cfg, history, last):
+        return reason
+    if reason and ckpt is not None and ckpt >= last:  # the checkpoint comes before the final evaluation
+        return (f"not finished: step {last} of {max_steps} trained, its final evaluation (eval.at_end) missing "
+                f"(killed during it, or still running); `rollwise train --resume {run_dir}` makes it")
+    if ckpt is None:
+        run_dir = Path(run_dir)
+        return (f"not finished: step {last} of {max_steps} (killed before its first checkpoint, or still running); "
+                f"no checkpoint in {run_dir / 'checkpoints'} to resume from (run.save_every sets how often they are "
+                f"written): start it again with `rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} "
+                f"run.output_dir={run_dir.parent}`")
     return (f"not finished: step {last} of {max_steps} (killed, or still running); "
             f"`rollwise train --resume {run_dir}` continues from its last checkpoint")
 

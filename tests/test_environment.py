@@ -27,6 +27,11 @@ def test_record_appends_one_entry_per_start_and_survives_a_torn_file(tmp_path):
     record_environment(tmp_path, resumed_from_step=7)
     assert [e["resumed_from_step"] for e in json.loads((tmp_path / "environment.json").read_text())] == [7]
     assert load_environment(tmp_path / "nowhere") is None
+    # a fresh start in a folder whose earlier start wrote no checkpoint keeps none of its entries (report read
+    # that start's resumes as this run's)
+    record_environment(tmp_path, resumed_from_step=9)
+    record_environment(tmp_path, compute_dtype="float32")
+    assert [e["resumed_from_step"] for e in json.loads((tmp_path / "environment.json").read_text())] == [None]
 
 
 def test_compare_names_each_differing_field_and_the_runs_on_each_side():

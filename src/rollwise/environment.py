@@ -107,7 +107,8 @@ def describe_environment() -> dict[str, Any]:
 def record_environment(run_dir: Path, resumed_from_step: int | None = None, compute_dtype: str | None = None,
                        config_changes: dict[str, list[Any]] | None = None,
                        config_added: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume).
+    """Append this process's environment to `run_dir/environment.json` (a list: the start, then each resume;
+    a start, `resumed_from_step` None, replaces the entries of an earlier start in the folder).
 
     `compute_dtype` is what `model.dtype` resolved to here (`auto` depends on the hardware);
     `config_changes` ({key: [old, new]}) what a resume's overrides changed in config.yaml, `config_added`
@@ -118,7 +119,7 @@ def record_environment(run_dir: Path, resumed_from_step: int | None = None, comp
         entry["config_changes"] = config_changes
     if config_added:
         entry["config_added"] = config_added
-    entries = [*_entries(path), entry]
+    entries = [*_entries(path), entry] if resumed_from_step is not None else [entry]  # a start begins the record
     try:
         replace_text(path, json.dumps(entries, indent=1) + "\n")
     except OSError as e:  # a record, not the run: a full disk stops the run at its checkpoint, with its own message

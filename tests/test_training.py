@@ -206,10 +206,12 @@ def test_a_resume_that_changes_the_learning_rate_trains_at_the_new_rate(tiny_mod
     tr = PolicyTrainer(load_config(None, [*ov, "train.learning_rate=1e-3"]), load_model(str(tiny_model_dir)), pad_id=0)
     tr.optimizer.step()
     tr.scheduler.step()
-    again = PolicyTrainer(load_config(None, [*ov, "train.learning_rate=1e-4"]), load_model(str(tiny_model_dir)),
-                          pad_id=0)
+    again = PolicyTrainer(load_config(None, [*ov, "train.learning_rate=1e-4", "train.adam_beta2=0.95",
+                                             "train.weight_decay=0.1"]), load_model(str(tiny_model_dir)), pad_id=0)
     again.load_state_dict(tr.state_dict())
     assert again._apply_lr(0.0) == pytest.approx(1e-4)
+    group = again.optimizer.param_groups[0]  # the optimizer's saved settings overrode these too
+    assert group["betas"][1] == 0.95 and group["weight_decay"] == 0.1
     assert again.scheduler.last_epoch == 1  # the schedule's position is the checkpoint's
 
 

@@ -153,8 +153,11 @@ class PolicyTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        # the saved base rate would override train.learning_rate, which a resume may change
-        self.scheduler.base_lrs = [self.cfg.train.learning_rate] * len(self.optimizer.param_groups)
+        # the saved base rate and AdamW settings would override the config's, which a resume may change
+        t = self.cfg.train
+        self.scheduler.base_lrs = [t.learning_rate] * len(self.optimizer.param_groups)
+        for g in self.optimizer.param_groups:
+            g["betas"], g["weight_decay"] = (t.adam_beta1, t.adam_beta2), t.weight_decay
         past_warmup = self.scheduler.last_epoch > self.cfg.train.warmup_steps
         # older checkpoints: the decay counted from the run's first token
         self._decay_from = state.get("decay_from", 0.0 if past_warmup else self._decay_from)

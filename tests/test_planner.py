@@ -1243,3 +1243,43 @@ def test_success_threshold_decides_what_the_belief_counts_as_solved(threshold, s
     prior_s, _ = make("mopps", uids=UIDS, pps=len(UIDS), n=4).estimator.pseudo_counts(np.arange(len(UIDS)))
     got_s, got_f = pl.estimator.pseudo_counts(np.array([pl.index[q.uid] for q in reqs]))
     assert got_s - prior_s[: len(reqs)] == pytest.approx([solved] * len(reqs), abs=0.05)  # decay aside
+
+
+# ------------------------------------------------------------------ settings changed on resume
+
+
+def test_settings_a_resume_changes_are_in_effect_after_the_saved_state_loads() -> None:
+    """An audit found saved planner state overriding settings a resume changed, each said as changed."""
+    # rollout.num_generations 4 -> 8: the cost per prompt is in the new group size (it kept 4, and every
+    # fixed-size preset took twice the prompts its budget allows, for the rest of the run)
+    for strategy in ("uniform", "knapsack", "e3", "adaptive"):
+        old = make(strategy, pps=8, n=4)
+        new = make(strategy, pps=4, n=8)
+        new.load_state_dict(json.loads(json.dumps(old.state_dict())))
+        assert new.allocator.cost_per_prompt == pytest.approx(8.0), strategy
+        assert new.allocator.prompts_for(32) == 4
+    # planner.budget_tokens lowered: the saved carry is bounded by the new budget
+    old = make("adaptive", budget_tokens=4000)
+    old.token_carry = 3500.0
+    new = make("adaptive", budget_tokens=400)
+    new.load_state_dict(old.state_dict())
+    assert new.token_carry == 400.0
+    # planner.greso_explore_max lowered: the saved exploration probabilities are within the new bounds
+    old = make("greso")
+    new = make("greso", greso_explore_max=0.2)
+    new.load_state_dict(old.state_dict())
+    assert new.selector.p_easy <= 0.2 and new.selector.p_hard <= 0.2
+    # planner.group_prior false -> true with the length prior: a clear refusal, not an IndexError a step later
+    uids = [f"gcd:{i}" for i in range(6)] + [f"sum:{i}" for i in range(6)]
+    lengths = list(range(12))
+    kw = dict(estimator="irt", length_prior=True)
+    old = build_planner(PlannerConfig(strategy="adaptive", group_prior=False, **kw), uids, 4, 4, 64, 0, lengths)
+    new = build_planner(PlannerConfig(strategy="adaptive", group_prior=True, **kw), uids, 4, 4, 64, 0, lengths)
+    with pytest.raises(ValueError, match="task group"):
+        new.load_state_dict(old.state_dict())
+    # planner.seed changed: the decisions draw from the new seed (the saved stream overrode it)
+    old = make("mopps", seed=1)
+    same, other = make("mopps", seed=1), make("mopps", seed=12345)
+    for pl in (same, other):
+        pl.load_state_dict(old.state_dict())
+    assert same.rng.random() == old.rng.random() != other.rng.random()

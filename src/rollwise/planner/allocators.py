@@ -81,10 +81,13 @@ class Allocator:
             self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent / started
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cost_per_prompt": self.cost_per_prompt}
+        return {"cost_per_prompt": self.cost_per_prompt, "n": self.n}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.cost_per_prompt = float(state.get("cost_per_prompt", self.n))
+        # the cost was measured in the saved group size: a resume that changes rollout.num_generations
+        # scales it (a fixed allocator's cost is its group size; it kept the old one for the rest of the run)
+        saved_n = state.get("n", self.n)  # older checkpoints: the size unknown, taken as unchanged
+        self.cost_per_prompt = float(state.get("cost_per_prompt", saved_n)) * self.n / saved_n
 
 
 FixedAllocator = Allocator

@@ -347,6 +347,7 @@ class ComposedPlanner:
             "pool_size": self.pool_size,
             "stream": self.stream.state_dict(),
             "rng": self.rng.bit_generator.state,
+            "seed": self.cfg.seed,
             "estimator": self.estimator.state_dict(),
             "selector": self.selector.state_dict(),
             "allocator": self.allocator.state_dict(),
@@ -367,7 +368,8 @@ class ComposedPlanner:
                 f"this run uses '{self.name}' with {self.pool_size}"
             )
         self.stream.load_state_dict(state["stream"])
-        self.rng.bit_generator.state = state["rng"]
+        if state.get("seed", self.cfg.seed) == self.cfg.seed:  # a resume that changes planner.seed draws anew
+            self.rng.bit_generator.state = state["rng"]
         self.estimator.load_state_dict(state["estimator"])
         self.selector.load_state_dict(state["selector"])
         self.allocator.load_state_dict(state["allocator"])
@@ -375,6 +377,8 @@ class ComposedPlanner:
         self.length_estimate = float(state["length_estimate"])
         self.length_steps = int(state.get("length_steps", 10**6))  # older checkpoints: the plain EMA
         self.token_carry = float(state["token_carry"])
+        if self.budget_tokens is not None:  # a resume that lowers planner.budget_tokens: the carry it bounds too
+            self.token_carry = max(-self.budget_tokens, min(self.budget_tokens, self.token_carry))
         self.carried_predictions = {u: (float(p), bool(seen)) for u, (p, seen) in
                                     state.get("carried_predictions", {}).items()}
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none

@@ -166,4 +166,8 @@ class IRTEstimator(Estimator):
         self.level = float(state["level"])
         prior = np.asarray(state["prior"], dtype=float)
         self.prior = np.broadcast_to(prior, self.prior.shape).copy()  # a 1-D prior: states before groups
-        self.beta = np.asarray(state.get("beta", np.zeros(len(self.beta))), dtype=float)
+        beta = np.asarray(state.get("beta", np.zeros(len(self.beta))), dtype=float)
+        if beta.shape != self.beta.shape:  # setup turns this into a clear refusal of the resume
+            raise ValueError(f"the saved length slopes are for {len(beta)} task group(s), this run has {len(self.beta)} "
+                             "(planner.group_prior changed?)")
+        self.beta = beta

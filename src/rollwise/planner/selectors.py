@@ -127,7 +127,8 @@ class SkipSelector(Selector):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.z_easy = np.asarray(state["z_easy"], dtype=np.int64)
         self.z_hard = np.asarray(state["z_hard"], dtype=np.int64)
-        self.p_easy, self.p_hard = float(state["p_easy"]), float(state["p_hard"])
+        lo, hi = self.cfg.greso_explore_min, self.cfg.greso_explore_max  # a resume may narrow them
+        self.p_easy, self.p_hard = (min(hi, max(lo, float(state[k]))) for k in ("p_easy", "p_hard"))
 
 
 class PosteriorSelector(Selector):

@@ -3,6 +3,7 @@ speculative reuse keeps the new policy's distribution (statistically, at lenienc
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -363,3 +364,28 @@ def test_carried_partial_samples_restart_from_the_prompt_on_an_engine_that_canno
     assert eng.prefixes == [[]] * 4  # nothing handed over to be dropped silently
     assert [len(o.response_ids) for o in out.adopted["a"]] == [2] * 4
     assert resumed.totals["requested"] == resumed.totals["delivered"]
+
+
+def test_carried_samples_continue_under_the_cap_and_temperature_a_resume_sets():
+    """Lowering rollout.max_completion_length is the advice for running out of memory; carried samples
+    kept the old cap (and temperature) and came back longer than the new one."""
+    from rollwise.engine.hf import GenerationOutput
+
+    class Cutter:
+        version = 0
+
+        def run_round(self, reqs, stop_when=None, token_budget=None, hold=False, feed=None, generator=None):
+            done = [GenerationOutput([5] * 30, [-0.1] * 30, [0] * 30, "stop", request_id=reqs[0].request_id)]
+            return done, [replace(q, prefix_ids=[7] * 20, prefix_logprobs=[-0.1] * 20, prefix_versions=[0] * 20)
+                          for q in reqs[1:]]
+
+    ex = RolloutExecutor(Cutter(), {"a": [1]}, 40, 1.0, partial=True)
+    ex.generate([Request("a", 3)], first_round=True)
+    resumed = RolloutExecutor(Cutter(), {"a": [1]}, 8, 0.7, partial=True)
+    resumed.load_state_dict(copy.deepcopy(ex.state_dict()))  # as a checkpoint loads it: its own objects
+    g = resumed.carried["a"]
+    assert [len(o.response_ids) for o in g.done] == [8] and g.done[0].finish_reason == "length"
+    assert [(q.max_new_tokens, q.temperature, len(q.prefix_ids)) for q in g.pending] == [(8, 0.7, 8)] * 2
+    again = RolloutExecutor(Cutter(), {"a": [1]}, 40, 1.0, partial=True)  # nothing changed: nothing cut
+    again.load_state_dict(copy.deepcopy(ex.state_dict()))
+    assert [len(q.prefix_ids) for q in again.carried["a"].pending] == [20, 20]

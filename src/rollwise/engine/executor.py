@@ -53,6 +53,11 @@ class RoundOutput:
     adopted: dict[str, list[GenerationOutput]]
 
 
+def _cut_topk(topk: Any, n: int) -> Any:
+    """The first n tokens' top-k, per token (a list) or packed ((ids [L, K], probs [L, K]))."""
+    return (topk[0][:n], topk[1][:n]) if isinstance(topk, tuple) else topk[:n]
+
+
 def _oldest(versions: list[int]) -> int | None:
     return min(versions) if versions else None
 
@@ -361,8 +366,25 @@ class RolloutExecutor:
         self.totals = dict(state["totals"])
         self._next_id = int(state.get("next_id", 0))
         self._s_per_token = float(state.get("s_per_token", 0.0))
+        self._fit_carried()
         if not hasattr(self.engine, "run_round"):
             self._restart_carried()
+
+    def _fit_carried(self) -> None:
+        """Carried samples of a checkpoint continue under this run's rollout.max_completion_length and
+        temperature, which a resume may change (lowering the cap is the advice for running out of memory):
+        a prefix or response longer than the cap is cut to it and ends as "length", as a sample drawn
+        under that cap would."""
+        cap = self.max_new_tokens
+        for g in self.carried.values():
+            g.pending = [replace(q, max_new_tokens=cap, temperature=self.temperature, prefix_ids=q.prefix_ids[:cap],
+                                 prefix_logprobs=q.prefix_logprobs[:cap], prefix_versions=q.prefix_versions[:cap],
+                                 prefix_topk=_cut_topk(q.prefix_topk, cap))
+                         for q in g.pending]
+            g.done = [o if len(o.response_ids) <= cap else
+                      replace(o, response_ids=o.response_ids[:cap], logprobs=o.logprobs[:cap], versions=o.versions[:cap],
+                              finish_reason="length", topk=_cut_topk(o.topk, cap))
+                      for o in g.done]
 
     def _restart_carried(self) -> None:
         """An engine without run_round (rollout.engine=hf) cannot continue a response: the carried

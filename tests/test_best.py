@@ -209,3 +209,18 @@ def test_min_delta_reaches_the_loop(tiny_model_dir, tmp_path, monkeypatch):
     run = tmp_path / "md"
     assert [r["step"] for r in _train_lines(run)] == [1, 2, 3] and len(calls) == 4
     assert read_best(run) == {"step": 1, "metric": "eval/accuracy", "accuracy": 0.5}
+
+
+def test_save_best_turned_on_at_a_resume_saves_the_best_evaluation_from_then_on(tiny_model_dir, tmp_path, monkeypatch):
+    """The tracker's best came from before eval.save_best was on, so its weights were never saved; only an
+    evaluation beating it was saved, and with none nothing was, without a word."""
+    import rollwise.loop as loop
+
+    _scripted(monkeypatch, loop, [0.2, 0.5, 0.48, 0.49, 0.47])
+    extra = ["eval.every_n_steps=1", "eval.at_start=true", "run.save_every=1"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "late", 1, extra)]) == 0  # evaluations at 0 and 1
+    run = tmp_path / "late"
+    assert read_best(run) is None
+    assert main(["train", "--resume", str(run), "eval.save_best=true", "train.max_steps=4"]) == 0
+    best = read_best(run)
+    assert best is not None and (best["step"], best["accuracy"]) == (3, 0.49)

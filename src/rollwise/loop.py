@@ -59,6 +59,7 @@ from rollwise.training.best import (
     restore_interrupted_best,
     resume_best,
     save_best_weights,
+    saved_best_lags,
 )
 from rollwise.training.checkpoint import (
     CheckpointError,
@@ -429,7 +430,9 @@ def run_eval(run: Run, step: int, save_best: Callable[[int, float], None] | None
     if m:
         m["time/eval_s"] = time.perf_counter() - te
         if METRIC in m:
-            if run.best.observe(step, m[METRIC]) and cfg.eval.save_best and beats_saved_best(run.run_dir, m[METRIC]):
+            improved = run.best.observe(step, m[METRIC])
+            if cfg.eval.save_best and (improved or saved_best_lags(run.run_dir, run.best.best)) \
+                    and beats_saved_best(run.run_dir, m[METRIC]):
                 (save_best or (lambda s, a: save_best_weights(run.run_dir, s, a, run.model)))(step, m[METRIC])
             m.update(run.best.metrics())
         run.tracker.log(step, m)

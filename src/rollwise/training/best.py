@@ -100,6 +100,14 @@ def save_best_weights(run_dir: Path, step: int, accuracy: float, model: torch.nn
     return final
 
 
+def saved_best_lags(run_dir: Path, best: float | None) -> bool:
+    """Whether the weights saved as best (none, or a lower accuracy) are not those of the tracker's best:
+    eval.save_best was turned on by a resume, after that best. Then every evaluation that beats what is
+    saved is saved, not only those that beat the tracker's best."""
+    saved = read_best(run_dir)
+    return best is not None and (saved is None or float(saved["accuracy"]) < best)
+
+
 def beats_saved_best(run_dir: Path, accuracy: float) -> bool:
     """Whether `accuracy` beats the best saved on disk (or none is saved). A resumed run redoes the
     steps after its checkpoint; a best saved in them before the interruption holds weights that were

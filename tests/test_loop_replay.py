@@ -130,3 +130,25 @@ def test_tokens_of_samples_dropped_as_stale_are_charged_to_a_token_budget() -> N
         run.planner.length_estimate = 5.0
         produce_batch(run, 0, executor)
         assert run.planner.token_carry == carry
+
+
+def test_a_resume_that_changes_the_rewards_or_raises_the_success_bar_refits_the_replay_bank(capsys):
+    """The bank was restored as saved: a response under the old bar (or old reward settings) kept being
+    replayed as the solved anchor of an all-wrong group."""
+    import numpy as np
+
+    from rollwise.config import load_config
+    from rollwise.loop import fit_replay_bank
+
+    bank = {"a": {"reward": 1.0}, "b": {"reward": 0.6}}
+    planner = SimpleNamespace(repair=SimpleNamespace(has_correct=np.array([True, True, False])),
+                              index={"a": 0, "b": 1, "c": 2})
+    same = fit_replay_bank(dict(bank), planner, load_config(None, ["planner.success_threshold=0.5"]), {})
+    assert same == bank and planner.repair.has_correct.tolist() == [True, True, False]
+    raised = fit_replay_bank(dict(bank), planner, load_config(None, ["planner.success_threshold=1.0"]),
+                             {"planner.success_threshold": [0.5, 1.0]})
+    assert list(raised) == ["a"] and planner.repair.has_correct.tolist() == [True, False, False]
+    assert "drops 1 of the replay bank's 2" in capsys.readouterr().err
+    rescored = fit_replay_bank(dict(bank), planner, load_config(None, []), {"reward.overlong_buffer": [0, 16]})
+    assert rescored == {} and not planner.repair.has_correct.any()
+    assert "the reward settings changed" in capsys.readouterr().err

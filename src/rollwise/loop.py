@@ -380,7 +380,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             raise CheckpointError(f"{ckpt} cannot continue with this config{changed}: the planner state saved there "
                                   f"does not fit this run's planner ({detail}). Resume without the changed planner "
                                   "settings, or start a new run") from e
-        run.replay_bank = state["extra"]["replay_bank"]
+        run.replay_bank = fit_replay_bank(state["extra"]["replay_bank"], planner, cfg, changes or {})
         run.totals = state["extra"]["totals"]
         if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
             run.best.load_state_dict(state["extra"]["best"])
@@ -685,6 +685,27 @@ def is_last_step(run: Run, step: int) -> bool:
 def is_eval_step(cfg: Config, step: int) -> bool:
     """An evaluation during training after `step` updates (eval.every_n_steps)."""
     return bool(cfg.eval.every_n_steps and step % cfg.eval.every_n_steps == 0)
+
+
+def fit_replay_bank(bank: dict[str, dict[str, Any]], planner: Any, cfg: Config,
+                    changes: dict[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """The checkpoint's replay bank under the settings a resume changed: responses scored under other
+    reward settings (any reward.* changed) are dropped, and those below a raised planner.success_threshold;
+    the replay part forgets that their prompts were solved. Unchanged settings keep the bank whole."""
+    rescored = any(k.startswith("reward.") for k in changes)
+    if rescored:
+        keep: dict[str, dict[str, Any]] = {}
+    else:
+        keep = {u: b for u, b in bank.items() if b["reward"] >= cfg.planner.success_threshold}
+    dropped = [u for u in bank if u not in keep]
+    solved = getattr(getattr(planner, "repair", None), "has_correct", None)
+    if dropped and solved is not None:
+        solved[[planner.index[u] for u in dropped if u in planner.index]] = False
+    if dropped:
+        why = "the reward settings changed" if rescored else "they score below planner.success_threshold"
+        print(f"rollwise: the resume drops {len(dropped)} of the replay bank's {len(bank)} responses ({why}); "
+              "their prompts count as unsolved until solved again", file=sys.stderr)
+    return keep
 
 
 def is_checkpoint_step(cfg: Config, step: int) -> bool:

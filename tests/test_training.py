@@ -668,3 +668,24 @@ def test_the_gpu_rng_travels_in_checkpoints_where_there_is_one(monkeypatch):
     held["state"] = [torch.tensor([9, 9], dtype=torch.uint8)]
     set_rng_state(saved)
     assert held["state"][0].tolist() == [9, 9]
+
+
+def test_a_resume_that_changes_num_iterations_or_the_token_budget_keeps_the_schedules_place(tiny_model_dir):
+    """The scheduler counts updates and the decay's start is a share of the token budget: a resume that
+    changed algo.num_iterations or train.max_rollout_tokens made the rate jump."""
+    ov = ["model.dtype=float32", "train.warmup_steps=0", "train.lr_scheduler=linear", "train.max_steps=20"]
+    tr = PolicyTrainer(load_config(None, ov), load_model(str(tiny_model_dir)), pad_id=0)
+    for _ in range(10):  # step 10 of 20, one update a step
+        tr.optimizer.step()
+        tr.scheduler.step()
+    again = PolicyTrainer(load_config(None, [*ov, "algo.num_iterations=2"]), load_model(str(tiny_model_dir)), pad_id=0)
+    again.load_state_dict(tr.state_dict())
+    assert again.scheduler.last_epoch == 20 and again._apply_lr(0.0) == pytest.approx(tr._apply_lr(0.0))
+    ov = ["model.dtype=float32", "train.warmup_steps=2", "train.lr_scheduler=linear", "train.max_steps=100"]
+    tr = PolicyTrainer(load_config(None, [*ov, "train.max_rollout_tokens=10000"]), load_model(str(tiny_model_dir)),
+                       pad_id=0)
+    tr._decay_from = 0.2  # the decay began at 2000 tokens
+    again = PolicyTrainer(load_config(None, [*ov, "train.max_rollout_tokens=20000"]), load_model(str(tiny_model_dir)),
+                          pad_id=0)
+    again.load_state_dict(tr.state_dict())
+    assert again._decay_from == pytest.approx(0.1)  # still 2000 tokens

@@ -148,7 +148,8 @@ class PolicyTrainer:
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and scheduler state (the weights are checkpointed separately)."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "decay_from": self._decay_from}
+                "decay_from": self._decay_from, "num_iterations": self.cfg.algo.num_iterations,
+                "max_rollout_tokens": self.cfg.train.max_rollout_tokens}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -158,9 +159,18 @@ class PolicyTrainer:
         self.scheduler.base_lrs = [t.learning_rate] * len(self.optimizer.param_groups)
         for g in self.optimizer.param_groups:
             g["betas"], g["weight_decay"] = (t.adam_beta1, t.adam_beta2), t.weight_decay
+        # the schedule counts optimizer updates: a resume that changes algo.num_iterations keeps its place
+        # in steps (the rate jumped, and the decay ended elsewhere than at train.max_steps)
+        iters = state.get("num_iterations", self.cfg.algo.num_iterations)
+        if iters != self.cfg.algo.num_iterations:
+            self.scheduler.last_epoch = round(self.scheduler.last_epoch * self.cfg.algo.num_iterations / iters)
         past_warmup = self.scheduler.last_epoch > self.cfg.train.warmup_steps
         # older checkpoints: the decay counted from the run's first token
         self._decay_from = state.get("decay_from", 0.0 if past_warmup else self._decay_from)
+        # a share of the saved token budget: the same tokens in a budget a resume changed
+        budget, now = state.get("max_rollout_tokens"), self.cfg.train.max_rollout_tokens
+        if self._decay_from is not None and budget and now and budget != now:
+            self._decay_from = self._decay_from * budget / now
 
     def _decay_spent(self) -> float:
         """The share of the token budget left at the end of warm-up that has been spent since."""

@@ -351,6 +351,9 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
                                 f"run.output_dir={run_dir.parent}`")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
+    if ckpt is not None and changes and "planner.prior_counts" in changes:
+        print("rollwise: note: the resume changes planner.prior_counts, but a resumed planner's belief comes from "
+              "the checkpoint; the file is read only at a run's start", file=sys.stderr)
     planner = build_planner(pcfg, list(ids_by_uid), cfg.rollout.prompts_per_step,
                             cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed,
                             prompt_lengths=[len(ids) for ids in ids_by_uid.values()])

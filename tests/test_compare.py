@@ -117,3 +117,55 @@ def test_runs_of_several_seeds_are_paired_by_seed_against_the_first_runs_group(t
     runs.append(_run(tmp_path / "a1dup", "adaptive", 1, 200, [0.2, 0.3, 0.10]))
     assert paired_by_seed(runs)[1:] == ["  planner.strategy=adaptive: run.seed 1 in more than one run; this group is "
                                         "not paired (give each seed once)"]
+
+
+def test_a_comparison_says_what_a_resume_changed_and_where_a_resume_ran(tmp_path, capsys):
+    """config.yaml holds the settings as a run ended: a learning rate changed at a resume read as the same
+    settings, and a resume on another machine or dtype was not compared (only the start's environment)."""
+    import json
+
+    from rollwise.compare import report_runs
+    from rollwise.environment import describe_environment
+
+    a = _run(tmp_path / "uni", "uniform", 0, 100, [0.2, 0.3, 0.4])
+    b = _run(tmp_path / "uni2", "uniform", 0, 100, [0.2, 0.35, 0.45])
+    env = describe_environment()
+    for d in (a, b):
+        (d / "environment.json").write_text(json.dumps([{**env, "resumed_from_step": None}]))
+    later = {**env, "resumed_from_step": 2, "compute_dtype": "bfloat16",
+             "config_changes": {"train.learning_rate": [0.03, 0.003]}}
+    (b / "environment.json").write_text(json.dumps([{**env, "resumed_from_step": None}, later]))
+    report_runs([a, b], tmp_path / "cmp.png")
+    out = capsys.readouterr().out
+    assert "the runs' settings are the same as they ended" in out
+    assert f"{b}: resumed at step 2 (train.learning_rate: 0.03 -> 0.003)" in out
+    assert "computed in different environments" in out and f"{b} (resumed at step 2)" in out
+
+
+def test_runs_that_differ_only_in_train_size_share_their_generated_held_out_items(tmp_path):
+    """reasoning-gym's held-out items are drawn before the training items, whatever data.train_size:
+    runs differing in it lost their tokens-to-reach as scored on other items. A file task's split is
+    not so, and keeps them apart."""
+    from rollwise.compare import held_out_items
+
+    def folder(name, data):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.yaml").write_text(yaml.safe_dump({"run": {"seed": 0}, "data": data}))
+        return d
+
+    gen = [{"name": "basic_arithmetic"}]
+    assert held_out_items(folder("a", {"tasks": gen, "train_size": 100})) == \
+        held_out_items(folder("b", {"tasks": gen, "train_size": 400}))
+    assert held_out_items(folder("c", {"tasks": gen, "eval_size": 50})) != \
+        held_out_items(folder("d", {"tasks": gen, "eval_size": 80}))
+    files = [{"name": "m", "path": "data.jsonl"}]
+    assert held_out_items(folder("e", {"tasks": files, "train_size": 100})) != \
+        held_out_items(folder("f", {"tasks": files, "train_size": 400}))
+
+
+def test_a_first_run_evaluated_only_after_training_is_said_to_lack_the_start():
+    from rollwise.compare import reach_target
+
+    assert reach_target([(500, 0.4)]) == (None, "has no evaluation before training to measure its gain from")
+    assert reach_target([(0, 0.4)]) == (None, "has no evaluation after training")

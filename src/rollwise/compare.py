@@ -66,8 +66,10 @@ def reach_target(points: list[tuple[float, float]]) -> tuple[float | None, str]:
     if that run evaluated after training and gained."""
     if not points:
         return None, ""
-    if len(points) < 2 or points[-1][0] == 0:
+    if points[-1][0] == 0:
         return None, "has no evaluation after training"
+    if len(points) < 2:  # evaluated after training only (eval.at_start=false): no start to gain from
+        return None, "has no evaluation before training to measure its gain from"
     if points[-1][1] <= points[0][1]:
         return None, "ended at or below its first evaluation, so reaching it tests nothing"
     return points[-1][1], ""
@@ -107,9 +109,14 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
 
 
 def held_out_items(run_dir: Path) -> tuple:
-    """What decides a run's held-out items: its data settings and run.seed."""
-    flat = leaves(run_config(run_dir))
-    return tuple(sorted((k, repr(v)) for k, v in flat.items() if k.startswith("data.") or k == "run.seed"))
+    """What decides a run's held-out items: its data settings and run.seed (not data.train_size where every
+    task is a reasoning-gym generator: their held-out items are drawn first, whatever the training size)."""
+    cfg = run_config(run_dir)
+    tasks = (cfg.get("data") or {}).get("tasks") or []
+    generated = bool(tasks) and all(isinstance(t, dict) and not t.get("path") for t in tasks)
+    flat = leaves(cfg)
+    return tuple(sorted((k, repr(v)) for k, v in flat.items() if (k.startswith("data.") or k == "run.seed")
+                        and not (generated and k == "data.train_size")))
 
 
 def paired_by_seed(run_dirs: list[Path]) -> list[str]:
@@ -187,15 +194,30 @@ def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
 
 def report_runs(run_dirs: list[Path], out: Path) -> None:
     """Print the comparison (settings that differ, environments that differ, the table) and draw it."""
-    from rollwise.environment import compare_environments, load_environment
+    from rollwise.environment import compare_environments, environment_entries
+    from rollwise.ui import resumes
 
     for d in run_dirs:  # every folder checked before anything is printed
         read_metrics(d, warn=False)
     differ = differing_settings({str(d): run_config(d) for d in run_dirs})
-    print("settings that differ (in the order of the runs):" if differ else "the runs' settings are the same")
+    entries = {str(d): environment_entries(d) for d in run_dirs}
+    changed = {d: resumes(e) for d, e in entries.items() if any(e_.get("config_changes") for e_ in e)}
+    # config.yaml holds a run's settings as they ended: a resume's changes held only for its later steps
+    print("settings that differ (in the order of the runs):" if differ else
+          "the runs' settings are the same" + (" as they ended" if changed else ""))
     for line in differ:
         print(f"  {line}")
-    envs = compare_environments({str(d): load_environment(d) for d in run_dirs})
+    if changed:
+        print("settings changed by a resume (config.yaml holds the new values):")
+        for d, line in changed.items():
+            print(f"  {d}: resumed at {line}")
+    # every segment of a run: a resume may run on another machine, dtype or library version
+    segments: dict[str, dict[str, Any] | None] = {}
+    for d, es in entries.items():
+        for e in es or [None]:  # None: no environment.json (older runs)
+            step = None if e is None else e.get("resumed_from_step")
+            segments[d if step is None else f"{d} (resumed at step {step})"] = e
+    envs = compare_environments(segments)
     if envs:  # a different CPU, dtype or library version changes a run's numbers as much as a setting
         print("computed in different environments:\n  " + "\n  ".join(envs))
     print()

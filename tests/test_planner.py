@@ -1269,14 +1269,18 @@ def test_settings_a_resume_changes_are_in_effect_after_the_saved_state_loads() -
     new = make("greso", greso_explore_max=0.2)
     new.load_state_dict(old.state_dict())
     assert new.selector.p_easy <= 0.2 and new.selector.p_hard <= 0.2
-    # planner.group_prior false -> true with the length prior: a clear refusal, not an IndexError a step later
+    # planner.group_prior false -> true with the length prior: each task starts from the pooled length slope
+    # (an IndexError a step later); the other way is refused
     uids = [f"gcd:{i}" for i in range(6)] + [f"sum:{i}" for i in range(6)]
     lengths = list(range(12))
     kw = dict(estimator="irt", length_prior=True)
-    old = build_planner(PlannerConfig(strategy="adaptive", group_prior=False, **kw), uids, 4, 4, 64, 0, lengths)
-    new = build_planner(PlannerConfig(strategy="adaptive", group_prior=True, **kw), uids, 4, 4, 64, 0, lengths)
-    with pytest.raises(ValueError, match="task group"):
-        new.load_state_dict(old.state_dict())
+    pooled = build_planner(PlannerConfig(strategy="adaptive", group_prior=False, **kw), uids, 4, 4, 64, 0, lengths)
+    pooled.estimator.beta[:] = -0.7
+    grouped = build_planner(PlannerConfig(strategy="adaptive", group_prior=True, **kw), uids, 4, 4, 64, 0, lengths)
+    grouped.load_state_dict(pooled.state_dict())
+    assert grouped.estimator.beta.tolist() == [-0.7, -0.7] and len(grouped.estimator.mean(np.arange(12))) == 12
+    with pytest.raises(ValueError):
+        pooled.load_state_dict(grouped.state_dict())
     # planner.seed changed: the decisions draw from the new seed (the saved stream overrode it)
     old = make("mopps", seed=1)
     same, other = make("mopps", seed=1), make("mopps", seed=12345)

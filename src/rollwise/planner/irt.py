@@ -167,7 +167,7 @@ class IRTEstimator(Estimator):
         prior = np.asarray(state["prior"], dtype=float)
         self.prior = np.broadcast_to(prior, self.prior.shape).copy()  # a 1-D prior: states before groups
         beta = np.asarray(state.get("beta", np.zeros(len(self.beta))), dtype=float)
-        if beta.shape != self.beta.shape:  # setup turns this into a clear refusal of the resume
+        if beta.shape != self.beta.shape and beta.shape != (1,):  # setup turns this into a refusal of the resume
             raise ValueError(f"the saved length slopes are for {len(beta)} task group(s), this run has {len(self.beta)} "
                              "(planner.group_prior changed?)")
-        self.beta = beta
+        self.beta = np.broadcast_to(beta, self.beta.shape).copy()  # one pooled slope: every group starts from it

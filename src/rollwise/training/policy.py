@@ -319,15 +319,14 @@ class PolicyTrainer:
                 for p in self.model.parameters():
                     if p.requires_grad:
                         p.grad = torch.zeros_like(p)
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], self.cfg.train.max_grad_norm
-            )
+            trained = [p for p in self.model.parameters() if p.requires_grad]
+            grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.cfg.train.max_grad_norm)
             if not math.isfinite(float(grad_norm)):
                 self.optimizer.zero_grad(set_to_none=True)
                 raise self._diverged(f"the gradient of this update is not finite (norm {float(grad_norm)}); nothing "
                                      "was applied")
             self.optimizer.step()
-            if not all(bool(torch.isfinite(p).all()) for p in self.model.parameters() if p.requires_grad):
+            if not bool(torch.stack([torch.isfinite(p).all() for p in trained]).all()):  # one device sync
                 raise self._diverged("this update left weights that are not finite; they are not saved")
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -102,3 +102,14 @@ def test_export_of_a_run_without_a_checkpoint_says_what_to_do(tmp_path, capsys):
     # eval keeps its own wording
     assert main(["eval", str(run)]) == 2
     assert f"run folder {run} has no checkpoint to evaluate" in capsys.readouterr().err
+
+
+def test_a_damaged_config_yaml_is_said_once_by_report(tmp_path, capsys):
+    """It was read as no settings without a word: no planner, no stop reason, 'the same settings'."""
+    from rollwise.ui import run_config
+
+    (tmp_path / "config.yaml").write_text("train: [unclosed\n")
+    assert run_config(tmp_path) == {} and run_config(tmp_path) == {}
+    err = capsys.readouterr().err
+    assert err.count("config.yaml is unreadable") == 1 and "not shown" in err
+    assert run_config(tmp_path / "nowhere") == {} and not capsys.readouterr().err  # no file: nothing to say

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +75,28 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_UNREADABLE_SAID: set[str] = set()
+
+
 def run_config(run_dir: Path) -> dict[str, Any]:
-    """The run's config.yaml as written ({} when the file is missing or unreadable)."""
+    """The run's config.yaml as written ({} when the file is missing or unreadable; an unreadable one is
+    said once on stderr, since the report then knows neither the settings nor what stopped the run)."""
+    path = Path(run_dir) / "config.yaml"
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        cfg = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
         return {}
-    return cfg if isinstance(cfg, dict) else {}
+    except (OSError, yaml.YAMLError) as e:
+        cfg, why = None, str(e).splitlines()[0]
+    else:
+        why = "it is empty" if cfg is None else f"it holds a {type(cfg).__name__}, not settings"
+    if isinstance(cfg, dict):
+        return cfg
+    if str(path) not in _UNREADABLE_SAID:
+        _UNREADABLE_SAID.add(str(path))
+        print(f"rollwise: warning: {path} is unreadable ({why}); its settings, and what stopped the run, are not "
+              "shown", file=sys.stderr)
+    return {}
 
 
 def checkpointed_step(run_dir: Path | str) -> int | None:

@@ -49,6 +49,10 @@ def test_wrong_type_and_impossible_values():
                 "planner.success_threshold=.nan", "train.learning_rate=nan"):
         with pytest.raises(ConfigError, match=key.split("=")[0].split(".")[-1] + ".*finite"):
             load_config(None, [key])
+    for name in ("../../x", "/tmp/x", " "):  # a run folder outside run.output_dir
+        with pytest.raises(ConfigError, match="run.name.*inside run.output_dir"):
+            load_config(None, [f"run.name={name}"])
+    assert load_config(None, ["run.name=sweep/seed1"]).run.name == "sweep/seed1"  # a folder of runs is fine
     with pytest.raises(ConfigError, match="weight.*finite"):
         load_config(None, ["reward.functions=[{name: reasoning_gym}, {name: format, weight: .nan}]"])
 

@@ -481,6 +481,14 @@ class RunConfig(_Section):
     progress: bool = Field(True, description="Show a progress bar.")
     tensorboard: bool = Field(True, description="Write TensorBoard events.")
 
+    @model_validator(mode="after")
+    def _name_inside_output_dir(self) -> RunConfig:
+        if self.name is not None and (not self.name.strip() or os.path.isabs(self.name)
+                                      or ".." in Path(self.name).parts):
+            raise ValueError(f"run.name={self.name!r} must name a folder inside run.output_dir (no '..', not absolute, "
+                             "not empty); set run.output_dir for another place")
+        return self
+
 
 class DistributedConfig(_Section):
     async_training: bool = Field(

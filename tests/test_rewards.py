@@ -259,6 +259,12 @@ def test_a_reward_module_that_exits_or_hangs_at_import_is_a_config_error(tmp_pat
     with pytest.raises(ConfigError, match=r"rw_hangs.py:score'.* more than 0.5 s"):
         RewardRunner(RewardConfig(functions=[{"name": "rw_hangs.py:score"}]))
     assert time.perf_counter() - t0 < 10
+    # a module that sets a signal handler at import works as it did (signal.signal needs the main thread)
+    (tmp_path / "rw_signal.py").write_text("import signal\nsignal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+                                           "def score(completion, item):\n    return 1.0\n")
+    monkeypatch.setattr(runner_mod, "STARTUP_TIMEOUT", 30.0)
+    with RewardRunner(RewardConfig(functions=[{"name": "rw_signal.py:score"}])) as runner:
+        assert runner.score(["x"], [item("1")]).rewards == [1.0]
 
 
 # ------------------------------------------------------------------ the runner

@@ -186,17 +186,6 @@ def test_an_output_path_under_a_file_says_what_to_change(monkeypatch, capsys):
     assert "/tmp/afile.txt/run: a part of this path is a file, not a folder" in err and "run.output_dir" in err
 
 
-def test_a_diverged_update_is_one_line_that_says_what_to_lower(monkeypatch, capsys):
-    from rollwise.errors import TrainingDivergedError
-
-    def diverged(args):
-        raise TrainingDivergedError("the gradient is not finite")
-
-    monkeypatch.setattr(cli, "build_parser", _parser_running(diverged))
-    assert main(["train"]) == 2
-    assert "rollwise: error: the gradient is not finite" in capsys.readouterr().err
-
-
 def test_ctrl_c_says_resume_only_for_a_run_with_a_checkpoint(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
@@ -218,15 +207,19 @@ def test_the_disk_full_hint_fits_the_command(monkeypatch, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
-def test_a_dead_rollout_worker_is_one_line(monkeypatch, capsys):
-    from rollwise.errors import RolloutWorkerError
+@pytest.mark.parametrize(("error", "says"), [
+    ("RolloutWorkerError", "a rollout worker died more than distributed.max_worker_restarts=3 times; resume"),
+    ("TrainingDivergedError", "the gradient is not finite"),  # a diverged update says what to lower
+])
+def test_a_run_error_is_one_line(monkeypatch, capsys, error, says):
+    import rollwise.errors
 
-    def died(args):
-        raise RolloutWorkerError("a rollout worker died more than distributed.max_worker_restarts=3 times; resume")
+    def fails(args):
+        raise getattr(rollwise.errors, error)(says)
 
-    monkeypatch.setattr(cli, "build_parser", _parser_running(died))
+    monkeypatch.setattr(cli, "build_parser", _parser_running(fails))
     assert main(["train"]) == 2
-    assert "rollwise: error: a rollout worker died" in capsys.readouterr().err
+    assert f"rollwise: error: {says}" in capsys.readouterr().err
 
 
 def test_a_checkpoint_folder_moved_out_of_its_run_says_to_put_it_back(tmp_path, capsys):

@@ -4,3 +4,29 @@
 def digit_share(completion: str, item) -> float:
     """Share of characters that are digits: a tiny random model can learn to raise it."""
     return sum(c.isdigit() for c in completion) / max(1, len(completion))
+
+
+def space_share(completion: str, item) -> float:
+    """Share of characters that are spaces: another reward a tiny model can raise."""
+    return completion.count(" ") / max(1, len(completion))
+
+
+
+_calls = [0]
+
+
+def slow_digit_share(completion: str, item) -> float:
+    """digit_share, taking 0.3 s on every eighth call of a worker: scored 0 under a reward.timeout below that
+    (a timed-out call restarts the worker, so only a few do)."""
+    import time
+
+    _calls[0] += 1
+    if _calls[0] % 8 == 0:
+        time.sleep(0.3)
+    return digit_share(completion, item)
+
+
+def has_digit(completion: str, item) -> float:
+    """1 when the answer holds a digit, else 0: a right-or-wrong reward that an untrained tiny model earns
+    about half the time, so some groups are all right or all wrong and others mixed."""
+    return float(any(c.isdigit() for c in completion))

@@ -33,17 +33,21 @@ MODES = {  # name: (partial rollouts, overlapped rounds, speculative reuse); ove
     "spec": (False, False, True), "partial+spec": (True, False, True), "overlap+spec": (False, True, True)}
 
 
-def _build(strategy: str, mode: str, budget_tokens: int | None):
+def _build(strategy: str, mode: str, budget: int | None, **planner):
+    """The planner (PlannerConfig fields in `planner` override the strategy's and the token budget), executor
+    and scripted engine of a run over UIDS, split between two tasks (t0:q0, t1:q1, ...)."""
     partial, overlap, spec = MODES[mode]
     name, _, followup = strategy.partition(":")
-    cfg = PlannerConfig(strategy=name, seed=0, budget_tokens=budget_tokens, screen_followup=followup or "same_step")
-    ids = {u: [100 + i] for i, u in enumerate(UIDS)}
-    run = SimpleNamespace(planner=build_planner(cfg, UIDS, 8, 8, 64, 0), runner=pb.Scorer(),
-                          tokenizer=SimpleNamespace(decode=lambda ids, **kw: str(ids[-1])),
-                          items_by_uid={u: SimpleNamespace(task="t") for u in UIDS}, ids_by_uid=ids,
+    cfg = PlannerConfig(**{"strategy": name, "seed": 0, "budget_tokens": budget,
+                           "screen_followup": followup or "same_step", **planner})
+    uids = [f"t{i % 2}:{u}" for i, u in enumerate(UIDS)]
+    ids = {u: [100 + i] for i, u in enumerate(uids)}
+    run = SimpleNamespace(planner=build_planner(cfg, uids, 8, 8, 64, 0, prompt_lengths=[4 + i % 7 for i in range(len(uids))]),
+                          runner=pb.Scorer(), tokenizer=SimpleNamespace(decode=lambda ids, **kw: str(ids[-1])),
+                          items_by_uid={u: SimpleNamespace(task=u[:2]) for u in uids}, ids_by_uid=ids,
                           replay_bank={}, primary="r", cfg=SimpleNamespace(planner=cfg, reward=RewardConfig()))
     # lengths stretched per prompt (x0.5-2): whole groups finish apart, so partial rollouts carry some
-    engine = pb.ScriptedEngine({v[0]: u for u, v in ids.items()}, 1,
+    engine = pb.ScriptedEngine({100 + i: u for i, u in enumerate(UIDS)}, 1,
                                {v[0]: 0.5 + 0.5 * (i % 4) for i, v in enumerate(ids.values())})
     ex = RolloutExecutor(engine, ids, 64, 1.0, partial=partial, retention_limit=2, stop_fraction=0.75,
                          speculative=spec)
@@ -68,16 +72,18 @@ def _restore(blob: bytes, run, engine, ex) -> None:
     engine.rng.bit_generator.state, engine.version = state["engine_rng"], state["version"]
 
 
-def _run(strategy: str, mode: str, budget_tokens: int | None, steps: int = 24, resume_at: int | None = None):
+def _run(strategy: str, mode: str, budget_tokens: int | None, steps: int = 24, resume_at: int | None = None,
+         planner: dict | None = None, changes: dict | None = None):
     """`steps` steps; with `resume_at`, the run is checkpointed before that step and continued by fresh
-    objects loaded from the checkpoint, as a killed run is resumed."""
+    objects loaded from the checkpoint, as a killed run is resumed (with the PlannerConfig fields `changes`
+    changed by the resume; `planner` sets fields for the whole run)."""
     partial = MODES[mode][0]
-    run, engine, ex, stream = _build(strategy, mode, budget_tokens)
+    run, engine, ex, stream = _build(strategy, mode, budget_tokens, **(planner or {}))
     rows, trained = [], []
     for step in range(steps):
         if step == resume_at:
             blob = _checkpoint(run, engine, ex)
-            run, engine, ex, stream = _build(strategy, mode, budget_tokens)
+            run, engine, ex, stream = _build(strategy, mode, budget_tokens, **{**(planner or {}), **(changes or {})})
             _restore(blob, run, engine, ex)
         sampled = engine.stats["sampled_tokens"]
         p = produce_batch(run, step, ex, stream=stream)

@@ -176,6 +176,23 @@ def test_vade_options_reach_its_two_scale_estimator() -> None:
     assert (a[0], b[0]) == (4.5, 5.0)
 
 
+def test_a_resume_refits_the_window_to_a_changed_estimator_window() -> None:
+    """planner.estimator_window changed at a resume: each prompt keeps its newest rewards (the resume used to
+    stop with "cannot reshape")."""
+    w = WindowEstimator(2, window=4)
+    for successes in (1, 2, 0):  # slots 0-1: 0.5, then 2-3: 1.0, then 0-1 again: 0.0 (6 rewards written)
+        w.update(0, successes, 2)
+    w.update(1, 2, 2)
+    assert w.mean(np.array([0, 1])) == pytest.approx([0.5, 1.0])
+    narrow, wide = WindowEstimator(2, window=2), WindowEstimator(2, window=8)
+    narrow.load_state_dict(w.state_dict())
+    wide.load_state_dict(w.state_dict())
+    assert narrow.mean(np.array([0, 1])) == pytest.approx([0.0, 1.0])  # the newest 2 of prompt 0 are failures
+    assert wide.mean(np.array([0, 1])) == pytest.approx([0.5, 1.0]) and list(wide.count(np.array([0, 1]))) == [4, 2]
+    wide.update(0, 2, 2)  # written after the 4 kept: (1 + 1 + 0 + 0 + 1 + 1) / 6
+    assert wide.mean(np.array([0])) == pytest.approx([4 / 6])
+
+
 def test_window_last_visit_and_rank() -> None:
     w = WindowEstimator(3, window=4)
     w.update(0, 2, 2)

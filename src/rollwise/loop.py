@@ -201,6 +201,15 @@ FIXED_ON_RESUME = ("data.", "run.seed", "model.name_or_path", "model.lora.enable
                    "model.lora.alpha", "model.lora.target_modules", "planner.strategy")
 
 
+# Settings that shape a run's start only: a resume that changes them continues from the checkpoint's state
+START_ONLY = {
+    "planner.prior_counts": "a resumed planner's belief comes from the checkpoint; the file is read only at a run's start",
+    "planner.greso_explore_init": "greso's skip probabilities continue from the checkpoint's (kept within "
+    "planner.greso_explore_min and greso_explore_max); the initial value is used only at a run's start",
+    "eval.at_start": "the evaluation before training is made only at a run's start",
+}
+
+
 def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[Any]], dict[str, Any]]:
     """What a resume's overrides change in the run's config.yaml ({key: [old, new]}), each said on stderr,
     and the settings config.yaml lacks because a newer rollwise added them ({key: value}, said on one line).
@@ -351,9 +360,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
                                 f"run.output_dir={run_dir.parent}`")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
-    if ckpt is not None and changes and "planner.prior_counts" in changes:
-        print("rollwise: note: the resume changes planner.prior_counts, but a resumed planner's belief comes from "
-              "the checkpoint; the file is read only at a run's start", file=sys.stderr)
+    for key in set(changes or ()) & set(START_ONLY) if ckpt is not None else ():
+        print(f"rollwise: note: the resume changes {key}, but {START_ONLY[key]}", file=sys.stderr)
     planner = build_planner(pcfg, list(ids_by_uid), cfg.rollout.prompts_per_step,
                             cfg.rollout.num_generations, cfg.rollout.max_completion_length, cfg.run.seed,
                             prompt_lengths=[len(ids) for ids in ids_by_uid.values()])

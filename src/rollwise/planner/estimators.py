@@ -173,9 +173,20 @@ class WindowEstimator(Estimator):
         return {k: getattr(self, k).tolist() for k in ("buf", "head", "last_n", "last_s")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buf = np.asarray(state["buf"], dtype=float).reshape(self.size, self.window)
+        buf = np.asarray(state["buf"], dtype=float).reshape(self.size, -1)
         for k in ("head", "last_n", "last_s"):
             setattr(self, k, np.asarray(state[k], dtype=np.int64))
+        self.buf = buf if buf.shape[1] == self.window else self._refit(buf)
+
+    def _refit(self, buf: np.ndarray) -> np.ndarray:
+        """A saved ring buffer of another width (a resume that changes planner.estimator_window): each
+        prompt keeps its newest min(old, new) slots, renumbered from 0 so that the count is what is kept."""
+        old, out = buf.shape[1], np.zeros((self.size, self.window))
+        for i, h in enumerate(self.head):
+            kept = int(min(h, old, self.window))
+            out[i, :kept] = buf[i, [e % old for e in range(h - kept, h)]]
+            self.head[i] = kept
+        return out
 
 
 class LastVisitEstimator(WindowEstimator):

@@ -2,16 +2,17 @@
 
 Audits found settings that a resume accepted, wrote into config.yaml and then ignored, because the
 checkpoint's saved state (optimizer, scheduler, planner, executor, banks) overrode them. Testing key by
-key misses the next one, so this test enumerates the whole config: every key is in CHANGES (a value
-that must change what the resumed steps do), in REFUSED (a resume with it stops with a clear error and
-leaves the run as it was) in rollwise.loop's START_ONLY (it shapes a run's start: the resume goes on from the checkpoint and says
-so), or in EXEMPT (with the reason it cannot be checked this way). A new config key in none of them fails
-`test_every_config_key_is_classified`.
-
-For a key in CHANGES a tiny run trains 2 steps with the base value; one copy of it is resumed for 2 more
-steps with the key changed, another copy with nothing changed. What the change must move (the trained
-weights, the held-out evaluation, the logged metrics or the run folder's files) has to differ between
-the two. Values are chosen so that the change matters within two steps on this tiny setup."""
+key misses the next one, so this test enumerates the whole config. Every key is in one of:
+- CHANGES: a value that must change what the resumed steps do. A tiny run trains 2 steps with the base
+  value; one copy is resumed for 2 more steps with the key changed, another with nothing changed, and what
+  the change must move (the trained weights, the held-out evaluation, the logged metrics or the run
+  folder's files) has to differ between the two. Values are chosen so that the change shows within two steps.
+- PLANNER_CHANGES: the same for planner settings, through the real planner and executor on a scripted
+  engine for 10 steps after the resume (two tiny steps are too few for a planner's decisions to show).
+- REFUSED (and LORA): a resume with it stops with a clear error and leaves the run as it was.
+- rollwise.loop's START_ONLY: it shapes a run's start; the resume goes on from the checkpoint and says so.
+- EXEMPT: with the reason it cannot be checked this way.
+A new config key in none of them fails `test_every_config_key_is_classified`."""
 
 from __future__ import annotations
 

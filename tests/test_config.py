@@ -392,13 +392,13 @@ def test_settings_of_features_left_off_are_named():
         "distributed.worker_threads=2", "eval.at_start=false", "eval.at_end=false", "eval.save_best=true"]))
     assert [line.split("=")[0] for line in got] == [
         "model.cache_dir", "model.lora.r", "data.system_prompt", "rollout.prompts_per_step", "rollout.batch_size",
-        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "distributed.worker_threads", "eval.save_best",
-        "distributed.max_staleness"]  # async with the default correction: stale tokens trained as on-policy
+        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "algo.epsilon_high", "distributed.worker_threads",
+        "eval.save_best", "distributed.max_staleness"]  # async with the default correction: stale tokens trained as on-policy
     assert got[1] == "model.lora.r=4 has no effect: it is read only with model.lora.enabled=true"
     assert unused_settings(load_config(None, ["model.lora.enabled=true", "model.lora.r=4", "model.cache_dir=/tmp/c",
                                               "data.system_prompt=hi", "rollout.prompts_per_step=4",
                                               "rollout.batch_size=16", "algo.scale_rewards=none", "algo.dual_clip=3",
-                                              "eval.save_best=true", "distributed.backend=ray",
+                                              "algo.num_iterations=2", "eval.save_best=true", "distributed.backend=ray",
                                               "distributed.worker_threads=2"])) == []
 
 
@@ -410,6 +410,34 @@ def test_evaluation_options_without_an_evaluation_are_named():
     assert got[-1].startswith("eval.batch_size=8 has no effect: it is read only with `rollwise eval`")
     assert unused_settings(load_config(None, ["eval.every_n_steps=5", "eval.pass_k=4",
                                               "eval.early_stopping_patience=3"])) == []
+
+
+def test_settings_that_cannot_act_under_the_others_are_named():
+    """Found by an audit: accepted without a word, yet without effect."""
+    def keys(*overrides):
+        return [line.split("=")[0] for line in unused_settings(load_config(None, list(overrides)))]
+
+    # one update per batch: every ratio is 1, no clip bound acts (DAPO's clip-higher needs num_iterations > 1)
+    assert keys("algo.epsilon_high=0.28", "algo.epsilon=0.1", "algo.dual_clip=3") == [
+        "algo.dual_clip", "algo.epsilon", "algo.epsilon_high"]
+    assert keys("algo.epsilon_high=0.28", "algo.epsilon=0.1", "algo.dual_clip=3", "algo.num_iterations=2") == []
+    # an evaluation every 50 steps of a 40-step run never comes; a patience of 5 cannot be reached with 4
+    # evaluations before the last step (at the start, then steps 10, 20, 30: the first only sets the best)
+    assert keys("eval.every_n_steps=40") == ["eval.every_n_steps"]
+    assert keys("eval.every_n_steps=10", "eval.early_stopping_patience=4") == ["eval.early_stopping_patience"]
+    assert keys("eval.every_n_steps=10", "eval.early_stopping_patience=3") == []
+    assert keys("eval.every_n_steps=10", "eval.early_stopping_patience=3", "eval.at_start=false") == [
+        "eval.early_stopping_patience"]
+    # at a staleness of 0 no weights arrive while a batch generates; a stop fraction of 1 carries nothing
+    at0 = ("distributed.async_training=true", "distributed.max_staleness=0")
+    assert keys(*at0, "distributed.weight_sync_tokens=64", "rollout.partial_keep_kv=true",
+                "algo.offpolicy_correction=mask_resumed") == [
+        "rollout.partial_keep_kv", "distributed.weight_sync_tokens", "algo.offpolicy_correction"]
+    assert keys("distributed.async_training=true", "distributed.weight_sync_tokens=64", "rollout.partial_keep_kv=true",
+                "algo.offpolicy_correction=mask_resumed") == []
+    whole = ("rollout.partial_rollouts=true", "rollout.partial_stop_fraction=1")
+    assert keys(*whole, "rollout.retention_limit=1", "rollout.partial_keep_kv=true") == [
+        "rollout.retention_limit", "rollout.partial_keep_kv"]
 
 
 def test_a_success_threshold_no_reward_can_reach_is_named():

@@ -80,3 +80,14 @@ def test_pass_at_k_counts_an_item_with_any_right_sample() -> None:
                  max_new_tokens=4, pass_k=2)
     assert m["eval/accuracy"] == pytest.approx(1 / 3)
     assert m["eval/pass@2"] == pytest.approx(2 / 3)
+
+
+def test_rollwise_eval_says_the_rollout_engine_settings_it_does_not_read(tiny_model_dir, capsys):
+    from rollwise.evalcmd import _target_config
+
+    cfg, _ = _target_config(str(tiny_model_dir), ["rollout.batch_size=8", "rollout.engine=hf", "eval.batch_size=4"])
+    err = capsys.readouterr().err
+    assert "rollout.batch_size, rollout.engine has no effect here" in err and "set eval.batch_size" in err, err
+    assert cfg.eval.batch_size == 4
+    _target_config(str(tiny_model_dir), ["eval.batch_size=4"])
+    assert "warning" not in capsys.readouterr().err

@@ -243,9 +243,12 @@ class AlgoConfig(_Section):
         "dapo", description="Aggregation: grpo = mean of per-sequence token means, dapo = token mean, "
         "dr_grpo = token sum / (sequences x max_completion_length)."
     )
-    epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon).")
-    epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28).")
-    dual_clip: float | None = Field(None, gt=1, description="Dual-clip bound c for negative advantages (None = off).")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon); acts only with "
+                           "algo.num_iterations > 1 (one update per batch leaves every ratio at 1).")
+    epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28); acts "
+                                       "only with algo.num_iterations > 1.")
+    dual_clip: float | None = Field(None, gt=1, description="Dual-clip bound c for negative advantages (None = off); "
+                                    "acts only with algo.num_iterations > 1.")
     beta: float = Field(0.0, ge=0, description="KL coefficient against a frozen reference model (0 = none "
                       "loaded): a copy of the starting policy's weights, as large as the policy's (float32), run in "
                       "model.dtype like the policy; with LoRA the base model with adapters off (no copy).")
@@ -624,6 +627,28 @@ def _evaluates(c: Config) -> bool:
 
 
 _LORA = "model.lora.enabled=true"
+_ONE_UPDATE = (" (with one update per batch every token's ratio to the policy it is clipped against is exactly 1, "
+               "so no clip bound acts)")
+_CARRIES = "rollout.partial_rollouts=true with rollout.partial_stop_fraction below 1"
+_IN_FLIGHT = "distributed.async_training=true with distributed.max_staleness above 0"
+
+
+def _carries(c: Config) -> bool:
+    """Partial rollouts that carry unfinished samples to the next round (a stop fraction of 1 carries none)."""
+    return c.rollout.partial_rollouts and c.rollout.partial_stop_fraction < 1
+
+
+def _in_flight_updates(c: Config) -> bool:
+    """New weights can arrive while a batch generates: asynchronous training with a staleness above 0 (at 0
+    the next batch starts only once the trainer has published the weights it is generated with)."""
+    return c.distributed.async_training and c.distributed.max_staleness > 0
+
+
+def _evals_before_end(c: Config) -> int:
+    """Evaluations an early stop can count: eval.at_start's and those every eval.every_n_steps steps before
+    the last step."""
+    e = c.eval
+    return int(e.at_start) + ((c.train.max_steps - 1) // e.every_n_steps if e.every_n_steps else 0)
 
 
 def _planner_draws(c: Config) -> bool:
@@ -648,12 +673,10 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                  "no planner.budget_rollouts or budget_tokens (a budget sets the step's size)"),
     "rollout.batch_size": (lambda c: c.rollout.engine != "vllm", "rollout.engine=hf or continuous"),
     "rollout.partial_stop_fraction": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
-    "rollout.retention_limit": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
-    "rollout.partial_keep_kv": (lambda c: c.rollout.engine == "continuous"
-                                and (c.rollout.partial_rollouts or c.distributed.async_training),
-                                "rollout.engine=continuous and rollout.partial_rollouts=true or "
-                                "distributed.async_training=true (weights that change while sequences are in flight; "
-                                "vLLM never keeps a KV cache across rounds)"),
+    "rollout.retention_limit": (lambda c: _carries(c), _CARRIES),
+    "rollout.partial_keep_kv": (lambda c: c.rollout.engine == "continuous" and (_carries(c) or _in_flight_updates(c)),
+                                f"rollout.engine=continuous and {_CARRIES} or {_IN_FLIGHT} (weights that change "
+                                "while sequences are in flight; vLLM never keeps a KV cache across rounds)"),
     "rollout.spec_lenience": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.spec_topk": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.num_slots": (lambda c: c.rollout.engine == "continuous", "rollout.engine=continuous"),
@@ -666,14 +689,17 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "algo.icepop_weighted": (lambda c: c.algo.offpolicy_correction == "icepop", "algo.offpolicy_correction=icepop"),
     "algo.kl_estimator": (lambda c: c.algo.beta > 0, "algo.beta > 0"),
     "algo.scale_rewards": (lambda c: c.algo.advantage == "grpo", "algo.advantage=grpo"),
-    "algo.dual_clip": (lambda c: c.algo.policy_loss == "ppo_clip", "algo.policy_loss=ppo_clip"),
-    "algo.epsilon": (lambda c: c.algo.policy_loss != "cispo" or c.algo.epsilon_high is None,
-                     "a policy loss other than cispo, or cispo without algo.epsilon_high"),
+    "algo.dual_clip": (lambda c: c.algo.policy_loss == "ppo_clip" and c.algo.num_iterations > 1,
+                       "algo.policy_loss=ppo_clip and algo.num_iterations > 1" + _ONE_UPDATE),
+    "algo.epsilon": (lambda c: c.algo.num_iterations > 1 and (c.algo.policy_loss != "cispo" or c.algo.epsilon_high is None),
+                     "algo.num_iterations > 1, and a policy loss other than cispo or cispo without algo.epsilon_high"
+                     + _ONE_UPDATE),
+    "algo.epsilon_high": (lambda c: c.algo.num_iterations > 1, "algo.num_iterations > 1" + _ONE_UPDATE),
     "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
                            "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
                            "warm-up)"),
     "distributed.max_staleness": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
-    "distributed.weight_sync_tokens": (lambda c: c.distributed.async_training, "distributed.async_training=true"),
+    "distributed.weight_sync_tokens": (_in_flight_updates, _IN_FLIGHT),
     "distributed.worker_threads": (lambda c: c.distributed.backend == "ray",
                                    "distributed.backend=ray (local workers are threads of this process)"),
     "distributed.ray_address": (lambda c: c.distributed.backend == "ray", "distributed.backend=ray"),
@@ -685,9 +711,14 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
     "planner.seed": (_planner_draws, "a planner with random choices: selector skip or posterior, or the screen "
                      "allocator with an estimator other than irt"),
-    "eval.every_n_steps": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate on)"),
-    "eval.early_stopping_patience": (lambda c: c.data.eval_size > 0, "data.eval_size > 0 (held-out items to evaluate "
-                                     "on)"),
+    "eval.every_n_steps": (lambda c: c.data.eval_size > 0 and c.eval.every_n_steps < c.train.max_steps,
+                           "data.eval_size > 0 (held-out items to evaluate on) and eval.every_n_steps below "
+                           "train.max_steps (the last step's evaluation is eval.at_end's)"),
+    "eval.early_stopping_patience": (lambda c: c.data.eval_size > 0 and _evals_before_end(c) > c.eval.early_stopping_patience,
+                                     "data.eval_size > 0 and more evaluations before the last step than the patience "
+                                     "(eval.at_start's and one every eval.every_n_steps steps below train.max_steps: "
+                                     "the first sets the best, each later one that does not beat it counts): lower "
+                                     "eval.early_stopping_patience or eval.every_n_steps"),
     "eval.pass_k": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.batch_size": (lambda c: False, "`rollwise eval`; evaluation during training runs in the rollout engine "
                         "(rollout.batch_size, rollout.num_slots)"),
@@ -695,10 +726,10 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                    "data.eval_size > 0)"),
     "train.skip_zero_advantage": (lambda c: c.algo.beta == 0 and c.algo.entropy_coef == 0,
                                   "algo.beta=0 and algo.entropy_coef=0 (otherwise every sample is forwarded anyway)"),
-    "algo.offpolicy_correction": (lambda c: c.algo.offpolicy_correction != "mask_resumed" or c.rollout.partial_rollouts
-                                  or c.distributed.async_training,
-                                  "mask_resumed: rollout.partial_rollouts=true or distributed.async_training=true "
-                                  "(only they leave tokens of an older version in a sample)"),
+    "algo.offpolicy_correction": (lambda c: c.algo.offpolicy_correction != "mask_resumed" or _carries(c)
+                                  or _in_flight_updates(c),
+                                  f"mask_resumed: {_CARRIES} or {_IN_FLIGHT} (only they leave tokens of an older "
+                                  "version in a sample)"),
     "eval.save_best": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
     "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
                                       "eval.early_stopping_patience > 0 or eval.save_best=true"),

@@ -23,6 +23,9 @@ from rollwise.config import (
     read_run_config,
 )
 
+# rollout settings `rollwise eval` does not read: it always generates with an HFEngine of eval.batch_size
+_EVAL_UNREAD = ("rollout.engine", "rollout.batch_size", "rollout.num_slots")
+
 
 def _target_config(target: str | None, items: list[str], command: str = "eval") -> tuple[Config, Path | None]:
     """The config and checkpoint that `rollwise eval` (or, with command="export", `rollwise export`) works on:
@@ -36,6 +39,10 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     if target and (target.endswith((".yaml", ".yml")) or "=" in target):
         config, overrides = _split_args([target, *items])
         target = None
+    unread = [k for k in leaves(parse_overrides(overrides)) if k in _EVAL_UNREAD] if command == "eval" else []
+    if unread:
+        print(f"rollwise: warning: {', '.join(unread)} has no effect here: `rollwise eval` generates with the hf "
+              "engine, eval.batch_size sequences at a time (set eval.batch_size instead)", file=sys.stderr)
     ckpt = None
     if target:
         t = Path(target)

@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint; KEY=VALUE overrides (a larger "
                    "train.max_steps, a smaller train.micro_batch_size) change its settings, each change said and kept "
                    "in RUN_DIR/environment.json; data.*, run.seed, model.name_or_path, model.lora.enabled/r/alpha/target_modules, "
-                   "planner.strategy, run.name and run.output_dir cannot change")
+                   "planner.strategy, run.name and run.output_dir cannot change, nor can the loop (distributed.async_training, "
+                   "distributed.backend)")
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="score a model, run folder or checkpoint on held-out tasks",

@@ -342,8 +342,9 @@ class PlannerConfig(_Section):
         "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
     success_threshold: float = Field(
-        0.5, description="A reward at or above this counts as a correct response (a success: the planner's belief, "
-        "and the responses replay may reuse). `rollwise train` warns when it is above the highest total reward the "
+        0.5, description="A reward at or above this counts as a success (the planner's belief, "
+        "and the responses replay may reuse; correct is the first reward function's 1, rollout/accuracy). `rollwise "
+        "train` warns when it is above the highest total reward the "
         "built-in reward functions can give.")
     posterior_decay: float = Field(
         1.0, gt=0, le=1, description="beta (MoPPS) and irt estimators: decay lambda, alpha <- lambda*alpha + (1-lambda) + "

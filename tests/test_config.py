@@ -440,6 +440,18 @@ def test_settings_that_cannot_act_under_the_others_are_named():
         "rollout.retention_limit", "rollout.partial_keep_kv"]
 
 
+def test_vllm_truncated_sampling_under_an_importance_weighted_correction_is_named():
+    # vLLM's behaviour log-probs are those of the top-k/top-p distribution, the trainer's of the full one
+    def biased(*overrides):
+        return [g for g in unused_settings(load_config(None, list(overrides))) if "biases" in g]
+
+    assert len(biased("rollout.engine=vllm", "rollout.top_p=0.9", "algo.offpolicy_correction=tis")) == 1
+    assert len(biased("rollout.engine=vllm", "rollout.top_k=20", "algo.offpolicy_correction=icepop")) == 1
+    assert biased("rollout.top_p=0.9", "algo.offpolicy_correction=tis") == []  # the continuous engine: full
+    assert biased("rollout.engine=vllm", "algo.offpolicy_correction=tis") == []  # nothing truncated
+    assert biased("rollout.engine=vllm", "rollout.top_p=0.9") == []  # recompute: the log-probs only feed a metric
+
+
 def test_a_success_threshold_no_reward_can_reach_is_named():
     low = "reward.functions=[{name: reasoning_gym, weight: 0.4}]"
     got = unused_settings(load_config(None, [low]))  # the default threshold 0.5 above a best reward of 0.4

@@ -168,6 +168,9 @@ def test_top_k_and_top_p_keep_exactly_the_head_of_the_distribution():
     assert kept(_filter_logits(logits, 0, 0.6))[0] == [False, True, True, False]  # 0.5 + 0.3 crosses 0.6
     assert kept(_filter_logits(logits, 0, 0.85))[0].count(True) == 3  # 0.8, then one of the 0.1s crosses
     assert kept(_filter_logits(logits, 0, 0.6))[1].count(True) == 3  # 0.25 x 3 = 0.75 is the first >= 0.6
+    # at an exact boundary the head that holds top_p is the nucleus: 0.25 x 2 = 0.5 (as HF and vLLM; a third
+    # token was kept before)
+    assert kept(_filter_logits(logits, 0, 0.5))[1].count(True) == 2
     # both: top-k first, then the nucleus of what is left (renormalised: 0.5 / 0.8 = 0.625 >= 0.6)
     assert kept(_filter_logits(logits, 2, 0.6))[0] == [False, True, False, False]
     # the kept logits are unchanged (softmax renormalises them)

@@ -133,3 +133,45 @@ def test_each_sampled_request_gets_a_seed_from_the_engines_saved_stream(monkeypa
     eng.load_state_dict(state)  # resumed: the same seeds again
     eng._params(req, torch.Generator().manual_seed(99))  # an evaluation's draw uses its own generator
     assert [eng._params(req)["seed"] for _ in range(3)] == first
+
+
+def test_run_round_cuts_a_carried_sample_already_at_its_cap_without_asking_vllm(monkeypatch):
+    """A carried sample whose prefix fills a lowered rollout.max_completion_length ends as "length" at the cap
+    (vLLM was asked for one token more); the others go to vLLM. vLLM is faked: the round logic only."""
+    import itertools
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from rollwise.engine.vllm import VLLMEngine
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    monkeypatch.setitem(sys.modules, "vllm.inputs", types.SimpleNamespace(TokensPrompt=lambda **kw: kw))
+    asked = {}
+
+    class FakeEngine:  # every request finishes at once with two tokens (EOS 1 last)
+        def add_request(self, key, prompt, params):
+            asked[key] = params
+
+        def step(self):
+            out = [SimpleNamespace(request_id=k, finished=True, outputs=[SimpleNamespace(
+                token_ids=[7, 1], logprobs=[{7: SimpleNamespace(logprob=-0.5)}, {1: SimpleNamespace(logprob=-0.25)}],
+                finish_reason="stop")]) for k in asked]
+            asked.clear()
+            return out
+
+        def abort_request(self, keys):
+            raise AssertionError("nothing is left to abort")
+
+    eng = object.__new__(VLLMEngine)
+    eng.llm, eng._ids, eng.generator = SimpleNamespace(llm_engine=FakeEngine()), itertools.count(), torch.Generator()
+    eng.eos, eng.top_p, eng.top_k, eng.version, eng.stats = [1], 1.0, 0, 3, {"sampled_tokens": 0}
+    at_cap = GenerationRequest([5, 6], 4, 1.0, prefix_ids=[9, 9, 9, 9], prefix_logprobs=[-1.0] * 4,
+                               prefix_versions=[2] * 4, request_id=0)
+    fresh = GenerationRequest([5, 6], 4, 1.0, request_id=1)
+    finished, unfinished = eng.run_round([at_cap, fresh])
+    assert unfinished == []
+    by_id = {o.request_id: o for o in finished}
+    assert (by_id[0].response_ids, by_id[0].finish_reason, by_id[0].versions) == ([9, 9, 9, 9], "length", [2] * 4)
+    assert (by_id[1].response_ids, by_id[1].logprobs, by_id[1].versions) == ([7, 1], [-0.5, -0.25], [3, 3])
+    assert eng.stats["sampled_tokens"] == 2

@@ -758,6 +758,13 @@ def unused_settings(cfg: Config) -> list[str]:
         out.append(f"distributed.max_staleness={d.max_staleness} lets batches be sampled up to {d.max_staleness} "
                    "versions before the trainer's weights, and algo.offpolicy_correction=recompute trains every token "
                    "as on-policy; set algo.offpolicy_correction=decoupled (or tis) to correct for it")
+    ro, weighted = cfg.rollout, cfg.algo.offpolicy_correction in ("tis", "decoupled", "m2po", "icepop")
+    if ro.engine == "vllm" and (ro.top_p < 1 or ro.top_k > 0) and weighted:
+        out.append(f"rollout.engine=vllm with rollout.top_p={ro.top_p:g}, top_k={ro.top_k} biases algo.offpolicy_correction="
+                   f"{cfg.algo.offpolicy_correction}: vLLM records each token's log-prob in the top-k/top-p distribution "
+                   "it was drawn from, the trainer in the full one, so every importance ratio is pulled below 1 by the "
+                   "kept mass (offpolicy/behaviour_kl gets a floor of minus its log); use the continuous engine, "
+                   "top_p=1 and top_k=0, or algo.offpolicy_correction=recompute")
     from rollwise.planner.strategies import belief_unread  # no config import
 
     unread = belief_unread(cfg.planner)

@@ -92,7 +92,9 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     if top_p < 1.0:
         sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)  # [B, V]
         probs = sorted_logits.softmax(-1)
-        remove = probs.cumsum(-1) - probs > top_p  # keep the token that crosses top_p
+        # drop a token once the more probable ones hold top_p (HF's TopPLogitsWarper and vLLM do the same);
+        # the token that crosses top_p is kept
+        remove = probs.cumsum(-1) - probs >= top_p
         sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, idx, sorted_logits)
     return logits

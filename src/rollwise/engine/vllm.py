@@ -118,7 +118,13 @@ class VLLMEngine:
         latest: dict[str, Any] = {}
         gen = generator if generator is not None else self.generator
 
+        finished: list[GenerationOutput] = []
+
         def add(r: GenerationRequest) -> None:
+            if len(r.prefix_ids) >= r.max_new_tokens:  # a carried sample already at the (lowered) cap: cut there
+                finished.append(GenerationOutput(list(r.prefix_ids), list(r.prefix_logprobs), list(r.prefix_versions),
+                                                 "length", request_id=r.request_id))
+                return
             key = f"rw-{next(self._ids)}"
             live[key] = r
             engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
@@ -126,7 +132,6 @@ class VLLMEngine:
 
         for i, r in enumerate(requests):
             add(r if r.request_id is not None else replace(r, request_id=i))
-        finished: list[GenerationOutput] = []
         produced, stop, follow = 0, RoundStop(stop_when, token_budget), RoundFeed(feed)
         while True:
             for r in follow(finished):
@@ -164,7 +169,7 @@ class VLLMEngine:
     def _params(self, r: GenerationRequest, gen: torch.Generator | None = None) -> Any:
         from vllm import SamplingParams
 
-        left = max(1, r.max_new_tokens - len(r.prefix_ids))
+        left = r.max_new_tokens - len(r.prefix_ids)  # >= 1: run_round finishes a request already at its cap
         if r.greedy:
             return SamplingParams(temperature=0.0, max_tokens=left, logprobs=0, stop_token_ids=self.eos)
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen if gen is not None else self.generator))

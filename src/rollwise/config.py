@@ -674,7 +674,7 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                  "no planner.budget_rollouts or budget_tokens (a budget sets the step's size)"),
     "rollout.batch_size": (lambda c: c.rollout.engine != "vllm", "rollout.engine=hf or continuous"),
     "rollout.partial_stop_fraction": (lambda c: c.rollout.partial_rollouts, "rollout.partial_rollouts=true"),
-    "rollout.retention_limit": (lambda c: _carries(c), _CARRIES),
+    "rollout.retention_limit": (_carries, _CARRIES),
     "rollout.partial_keep_kv": (lambda c: c.rollout.engine == "continuous" and (_carries(c) or _in_flight_updates(c)),
                                 f"rollout.engine=continuous and {_CARRIES} or {_IN_FLIGHT} (weights that change "
                                 "while sequences are in flight; vLLM never keeps a KV cache across rounds)"),

@@ -57,3 +57,26 @@ def test_each_resume_is_named_with_the_settings_it_changed(tmp_path, capsys):
     summary = print_summary(tmp_path)
     assert summary["resumed at"] == "step 2 (train.max_steps: 2 -> 4); step 3"
     assert "resumed at" in capsys.readouterr().out
+
+
+def test_the_summary_counts_a_step_logged_twice_once_and_survives_missing_keys(tmp_path):
+    """A file holding an earlier try's steps and then the same steps again (the later lines win), and steps
+    without times or totals (no KeyError, no total read as 0)."""
+    import json
+
+    from rollwise.tracking import read_metrics
+    from rollwise.ui import summarize
+
+    def step(n, reward, acc=None, **more):
+        return {"step": n, "rollout/reward_mean": reward, "rollout/rollouts_total": 16.0 * n,
+                "rollout/tokens_total": 100.0 * n, "time/step_s": 10.0, "time/generate_s": 5.0, **more}
+
+    lines = [step(1, 0.1), step(2, 0.2), {"step": 2, "eval/accuracy": 0.9}, step(2, 0.4, **{"time/step_s": 20.0}),
+             {"step": 2, "eval/accuracy": 0.3}, {"step": 3, "rollout/reward_mean": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rows = read_metrics(tmp_path)
+    assert [r.get("rollout/reward_mean", r.get("eval/accuracy")) for r in rows] == [0.1, 0.4, 0.3, 0.5]
+    s = summarize(rows)
+    assert s["eval accuracy (best)"] == "0.300 @ step 2"  # the superseded 0.9 is gone
+    assert (s["rollouts generated"], s["rollout tokens"]) == (32, 200)  # step 3 logged no totals: the last ones
+    assert s["median step time (s)"] == "15.0" and s["generation share of step time"] == "33%"  # 10/30, step 3 untimed

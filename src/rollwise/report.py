@@ -19,7 +19,7 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     out: list[tuple[str, str, list]] = [
         ("training reward", "line", [("", series("rollout/reward_mean"))]),
         ("held-out accuracy", "line", held_out(evals)),
-        ("rollout tokens (cumulative)", "line", [("", [(h["step"], h.get("rollout/tokens_total", 0)) for h in steps])]),
+        ("rollout tokens (cumulative)", "line", [("", series("rollout/tokens_total"))]),
     ]
     for key, title in (("eval/response_len_mean", "held-out answer length (tokens)"),
                        ("eval/truncated_frac", "held-out answers cut at the length cap")):

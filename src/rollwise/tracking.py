@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -84,4 +85,17 @@ def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:
     if bad and warn:
         print(f"rollwise: skipped {bad} unreadable line{'s' if bad > 1 else ''} of {path} (cut short by a run "
               "that stopped while writing)", file=sys.stderr)
-    return [row for _, row in rows]
+    return latest(row for _, row in rows)
+
+
+def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines of metrics.jsonl with a step or an evaluation logged twice counted once, the later line winning
+    (a resume drops the lines after its checkpoint, so only a file from elsewhere, or edited, holds such)."""
+    rows = list(rows)
+
+    def key(r: dict[str, Any]) -> tuple[str, Any] | None:
+        kind = "step" if "rollout/reward_mean" in r else "eval" if "eval/accuracy" in r else None
+        return (kind, r.get("step")) if kind else None
+
+    last = {key(r): i for i, r in enumerate(rows) if key(r)}
+    return [r for i, r in enumerate(rows) if key(r) is None or last[key(r)] == i]

@@ -60,15 +60,16 @@ def summarize(history: list[dict[str, Any]]) -> dict[str, Any]:
         k = max(1, len(steps) // 4)
         out["train reward (first quarter)"] = f"{sum(h['rollout/reward_mean'] for h in steps[:k]) / k:.3f}"
         out["train reward (last quarter)"] = f"{sum(h['rollout/reward_mean'] for h in steps[-k:]) / k:.3f}"
-        out["rollouts generated"] = int(steps[-1].get("rollout/rollouts_total", 0))
-        out["rollout tokens"] = int(steps[-1].get("rollout/tokens_total", 0))
+        for label, key in (("rollouts generated", "rollout/rollouts_total"), ("rollout tokens", "rollout/tokens_total")):
+            out[label] = int(next((h[key] for h in reversed(steps) if key in h), 0))  # the last total logged
         eff = [h["planner/effective_ratio"] for h in steps if "planner/effective_ratio" in h]
-        if eff:  # share of the rollouts generated that were trained in groups whose rewards differ
+        if eff:  # the mean over steps of each step's share of its rollouts in trained groups whose rewards differ
             out["effective ratio (mean)"] = f"{sum(eff) / len(eff):.2f}"
-        out["median step time (s)"] = f"{statistics.median(h['time/step_s'] for h in steps):.1f}"
-        gen = sum(h["time/generate_s"] for h in steps)
-        tot = sum(h["time/step_s"] for h in steps)
-        out["generation share of step time"] = f"{gen / tot:.0%}" if tot else "-"
+        timed = [h for h in steps if "time/step_s" in h and "time/generate_s" in h]
+        if timed:
+            out["median step time (s)"] = f"{statistics.median(h['time/step_s'] for h in timed):.1f}"
+            tot = sum(h["time/step_s"] for h in timed)
+            out["generation share of step time"] = f"{sum(h['time/generate_s'] for h in timed) / tot:.0%}" if tot else "-"
         out["skipped zero-advantage samples"] = f"{sum(h.get('train/skipped_zero_adv', 0) for h in steps):.0f}"
         errs = sum(h.get("reward/errors", 0) + h.get("reward/timeouts", 0) + h.get("reward/nans", 0) for h in steps)
         out["reward failures (scored 0)"] = int(errs)

@@ -316,3 +316,41 @@ def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: 
     assert "reward function rw_user_fns:flaky raised RuntimeError: kaboom; the call scored 0" in err
     assert "Later errors of rw_user_fns:flaky are only counted (metric reward/errors)" in err
     assert "ran past reward.timeout=1 s" in err and "rw_user_fns:flaky returned nan" in err
+
+
+@pytest.mark.parametrize(("completion", "gold", "score"), [
+    ("84/2", "42", 0.0),  # the question's expression is not its answer (a reward hack on division items)
+    ("42/1", "42", 0.0),
+    ("1/2", "0.5", 1.0),  # a fraction in lowest terms is a number
+    ("-1/2", "-0.5", 1.0),
+    ("Final answer: 12\nDone", "12", 1.0),  # a closing word after the named answer
+    ("12\nDone", "12", 0.0),  # no answer named: the last line is the answer
+])
+def test_exact_match_reads_numbers_as_a_careful_grader_would(completion, gold, score):
+    from rollwise.rewards.verifiers import exact_match
+    from rollwise.types import PromptItem
+
+    assert exact_match(completion, PromptItem("u", "t", "q", gold)) == score
+
+
+def test_pathological_answers_cost_no_more_than_ordinary_ones(monkeypatch):
+    """An exponent is not read (Fraction("1e10000000") builds 10^10^7: 6 s, past reward.timeout), and a
+    repetition loop of unclosed boxes scans only the last MAX_BOXES of them (each scan runs to the end)."""
+    from rollwise.rewards import verifiers as v
+
+    assert v._as_fraction("1e10000000") is None and v._as_fraction("12.5") == v.Fraction(25, 2)
+    scans = []
+    real = v._box_end
+    monkeypatch.setattr(v, "_box_end", lambda *a, **kw: scans.append(1) or real(*a, **kw))
+    assert v._last_boxed("\\boxed{" * 5000) is None
+    assert len(scans) == 2 * v.MAX_BOXES  # quote-aware, then plain, per box tried
+    # the price: a closed box behind more than MAX_BOXES unclosed ones is not found (one box among a few is)
+    assert v._last_boxed("\\boxed{7}" + " \\boxed{" * 50) is None
+    assert v._last_boxed("\\boxed{7}" + " \\boxed{" * 5) == "7"
+
+
+def test_math_verify_reads_a_unicode_minus():
+    from rollwise.rewards.verifiers import math_verify
+    from rollwise.types import PromptItem
+
+    assert math_verify("\u22123", PromptItem("u", "t", "q", "-3")) == 1.0

@@ -80,9 +80,12 @@ def _box_end(text: str, start: int, quotes: bool) -> int | None:
     return None
 
 
+MAX_BOXES = 16  # the last boxes tried: a repetition loop of unclosed `\boxed{` costs each one a scan to the end
+
+
 def _last_boxed(text: str) -> str | None:
     starts = [m.end() for m in _BOXED.finditer(text)]
-    for start in reversed(starts):
+    for start in reversed(starts[-MAX_BOXES:]):
         # quote-aware first; a stray quote (5" for inches) leaves no closing brace, then count all braces
         end = _box_end(text, start, quotes=True)
         if end is None:
@@ -106,7 +109,9 @@ def _answer_line(text: str) -> str:
         return ""
     last = lines[-1]
     if len(_strip_decoration(last).split()) <= 1:
-        return last
+        # a closing word ("Final answer: 12" then "Done"): the last line that names an answer with a number
+        named = [ln for ln in lines[:-1] if _PREFIX.match(ln.strip(_DECORATION)) and _NUMBER.search(ln)]
+        return named[-1] if named and not _NUMBER.search(last) else last
     for ln in reversed(lines):
         if _NUMBER.search(ln) or _PREFIX.match(ln.strip(_DECORATION)):
             return ln
@@ -198,11 +203,23 @@ def normalize(answer: str) -> str:
     return s.replace(", ", ",")
 
 
+_PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+)?")
+
+
 def _as_fraction(s: str) -> Fraction | None:
+    """The value of a plain number: an integer, a decimal, or a fraction in lowest terms ("84/2" is the question's
+    expression, not the answer 42). Exponents are not read ("1e10000000" would build that number)."""
+    if not _PLAIN_NUMBER.fullmatch(s):
+        return None
     try:
-        return Fraction(s)
+        value = Fraction(s)
     except (ValueError, ZeroDivisionError):
         return None
+    if "/" in s:
+        num, den = (int(x) for x in s.lstrip("-").split("/")) if "." not in s else (0, 0)
+        if (num, den) != (abs(value.numerator), value.denominator) or den == 1:
+            return None
+    return value
 
 
 def answers_match(predicted: str, gold: str) -> bool:
@@ -266,6 +283,7 @@ def math_verify(completion: str, item: PromptItem) -> float:
 
     for name in ("math_verify.parser", "math_verify.grader"):  # the "timeout disabled" notice
         logging.getLogger(name).setLevel(logging.ERROR)
+    completion = completion.replace("\u2212", "-")  # a Unicode minus, which math-verify does not read
     tagged = _last_tag(completion)
     gold = _math_parse(gold_answer(item))
     pred = _math_parse(tagged) if tagged is not None else parse(completion, parsing_timeout=None)

@@ -120,3 +120,13 @@ def test_vllm_gets_its_memory_share_and_context_length(monkeypatch):
                                     "max_completion_length": 100}, "data": {"max_prompt_length": 60}})
     build_engine(cfg, None, [2], 0, seed=3, model_path="some/model")
     assert got["args"][-2:] == (0.55, 160)
+
+
+def test_ray_workers_with_a_gpu_engine_must_reserve_a_gpu():
+    """Ray hides the GPUs from an actor that reserves none: the workers would fail to start on cuda."""
+    from rollwise.config import ConfigError, build_config
+
+    for gpu in ({"model": {"device": "cuda"}}, {"rollout": {"engine": "vllm"}}):
+        with pytest.raises(ConfigError, match="needs distributed.worker_gpus > 0"):
+            build_config({"distributed": {"backend": "ray"}, **gpu})
+        assert build_config({"distributed": {"backend": "ray", "worker_gpus": 0.5}, **gpu}).distributed.worker_gpus == 0.5

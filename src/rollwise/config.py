@@ -518,8 +518,9 @@ class DistributedConfig(_Section):
         None, gt=0, description="backend=ray: seconds one round of generation may take on the rollout workers before "
         "the run stops with an error that says how to resume (None = wait as long as it takes; a worker that hangs "
         "then hangs the run).")
-    worker_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per rollout worker (backend=ray; a fraction "
-                               "lets workers share a GPU with each other or the trainer).")
+    worker_gpus: float = Field(0.0, ge=0, description="GPUs Ray reserves per rollout worker (backend=ray; needed, above "
+                               "0, with a GPU engine; a fraction lets workers share a GPU with each other; the trainer "
+                               "actor reserves a whole GPU of its own with model.device=cuda).")
     weight_sync_tokens: int = Field(
         256, gt=0, description="Asynchronous training: a worker checks for new weights after this many sampled "
         "tokens; sequences in flight keep their tokens and continue under the new weights (their KV is "
@@ -606,6 +607,10 @@ class Config(_Section):
             if r.engine == "hf":
                 raise ValueError("rollout workers (distributed.async_training or distributed.backend=ray) need "
                                  "rollout.engine=continuous or vllm (they pause and resume sequences), got hf")
+        if d.backend == "ray" and d.worker_gpus == 0 and (self.model.device == "cuda" or r.engine == "vllm"):
+            raise ValueError("distributed.backend=ray with a GPU engine (model.device=cuda or rollout.engine=vllm) "
+                             "needs distributed.worker_gpus > 0: Ray hides the GPUs from an actor that reserves none, "
+                             "so the rollout workers could not start (distributed.worker_gpus=0.5 lets two share one)")
         ev = self.eval
         if ev.early_stopping_patience and not ev.every_n_steps:
             raise ValueError(f"eval.early_stopping_patience={ev.early_stopping_patience} needs evaluations during "

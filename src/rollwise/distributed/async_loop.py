@@ -20,10 +20,12 @@ and checkpoint there).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rollwise.config import Config
@@ -142,11 +144,26 @@ def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
 
     actor = ray.remote(TrainerActor).options(num_cpus=cfg.run.torch_threads or 1,
                                              num_gpus=1 if cfg.model.device == "cuda" else 0)
-    handle = actor.remote(cfg, run.model_path, run.tokenizer.pad_token_id, store, str(run.run_dir),
-                          str(run.checkpoint) if run.checkpoint else None, run.state["rng"] if run.state else None)
+    handle = actor.remote(cfg, _absolute(run.model_path), run.tokenizer.pad_token_id, store, _absolute(str(run.run_dir)),
+                          _absolute(str(run.checkpoint)) if run.checkpoint else None,
+                          run.state["rng"] if run.state else None)
     what = "the trainer (a Ray actor: killed by the OS for memory?)"
     ray_get(lambda: ray.get(handle.ready.remote()), what)
     return handle, lambda method, *args: ray_get(lambda: ray.get(getattr(handle, method).remote(*args)), what)
+
+
+def _absolute(path: str) -> str:
+    """A local path as an absolute one (actors on a cluster start in another folder); a hub id unchanged."""
+    return str(Path(path).resolve()) if Path(path).exists() else path
+
+
+def _kill_actors(*handles: Any) -> None:
+    import ray
+
+    for h in handles:
+        if h is not None:
+            with contextlib.suppress(Exception):  # already dead, or Ray already down
+                ray.kill(h)
 
 
 def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
@@ -154,47 +171,49 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
     eta = d.max_staleness if d.async_training else 0
     # with backend=ray the trainer is a Ray actor: this process keeps only the evaluation engine's copy
     run = setup(cfg, resume, with_trainer=d.backend != "ray")
-    started_ray = False
-    if d.backend == "ray":
-        need = d.rollout_workers * d.worker_threads + (cfg.run.torch_threads or 1)
-        started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, need))
-        store: Any = RayWeightStore(engine_dtype(cfg))
-    else:
-        store = LocalWeightStore(engine_dtype(cfg))
-    learner, call = _make_learner(run, store)
-    call("publish", run.start_step)
-    spec = WorkerSpec(cfg, run.model_path, run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid, cfg.run.seed)
-    pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
-    if run.state is not None and "pool" in run.state["extra"]:
-        pool.load_state_dict(run.state["extra"]["pool"])
-    eval_version = [-1]
-
-    def load_eval_weights() -> None:
-        got = store.latest(eval_version[0])  # the evaluation engine takes the store's newest weights when it needs them
-        if got is not None:
-            run.engine.load_weights(got[1], version=got[0])
-            eval_version[0] = got[0]
-
-    def save_best(step: int, accuracy: float) -> None:
-        call("save_best", step, accuracy)
-
-    def evaluate_now(step: int) -> dict[str, float]:
-        load_eval_weights()
-        return run_eval(run, step, save_best)
-
-    if run.start_step == 0 and cfg.eval.at_start:
-        run.result.eval_before = evaluate_now(0)
-
-    gate = StalenessGate(run.start_step, eta, cfg)
-    batches: queue.Queue = queue.Queue()
-    producer = threading.Thread(target=_producer, args=(run, pool, gate, batches), name="rollwise-producer",
-                                daemon=True)
-    progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
-    last_step = run.start_step
-    steps = steps_to_train(run, progress)
-    if steps:
-        producer.start()
+    started_ray, learner, pool, gate, producer, progress = False, None, None, None, None, None
+    store: Any = None
     try:
+        if d.backend == "ray":
+            need = d.rollout_workers * d.worker_threads + (cfg.run.torch_threads or 1)
+            started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, need))
+            store = RayWeightStore(engine_dtype(cfg))
+        else:
+            store = LocalWeightStore(engine_dtype(cfg))
+        learner, call = _make_learner(run, store)
+        call("publish", run.start_step)
+        spec = WorkerSpec(cfg, _absolute(run.model_path), run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid,
+                          cfg.run.seed)
+        pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
+        if run.state is not None and "pool" in run.state["extra"]:
+            pool.load_state_dict(run.state["extra"]["pool"])
+        eval_version = [-1]
+
+        def load_eval_weights() -> None:
+            got = store.latest(eval_version[0])  # the evaluation engine takes the store's newest weights when it needs them
+            if got is not None:
+                run.engine.load_weights(got[1], version=got[0])
+                eval_version[0] = got[0]
+
+        def save_best(step: int, accuracy: float) -> None:
+            call("save_best", step, accuracy)
+
+        def evaluate_now(step: int) -> dict[str, float]:
+            load_eval_weights()
+            return run_eval(run, step, save_best)
+
+        if run.start_step == 0 and cfg.eval.at_start:
+            run.result.eval_before = evaluate_now(0)
+
+        gate = StalenessGate(run.start_step, eta, cfg)
+        batches: queue.Queue = queue.Queue()
+        producer = threading.Thread(target=_producer, args=(run, pool, gate, batches), name="rollwise-producer",
+                                    daemon=True)
+        progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
+        last_step = run.start_step
+        steps = steps_to_train(run, progress)
+        if steps:
+            producer.start()
         for step in steps:
             t0 = time.perf_counter()
             produced = _next_batch(batches, producer)
@@ -233,12 +252,17 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             load_eval_weights()
             run.result.eval_after = final_eval(run, last_step, save_best)
     finally:
-        gate.stop()
-        progress.close()
-        if producer.is_alive():
+        if gate is not None:
+            gate.stop()
+        if progress is not None:
+            progress.close()
+        if producer is not None and producer.is_alive():
             pool.cancel()  # a batch in flight is not needed: Ctrl-C or an error returns within a chunk, not a batch
             producer.join(timeout=None if d.backend == "local" else 5.0)
-        pool.close()
+        if pool is not None:
+            pool.close()
+        if d.backend == "ray":  # the trainer and weight-store actors too, also where Ray outlives the run
+            _kill_actors(learner, getattr(store, "handle", None))
         if started_ray:
             import ray
 

@@ -125,8 +125,11 @@ def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, 
         summary += (f" (SE {se:.1f}, {ratio}; mean - 2 SE "
                     f"{100 * statistics.mean(diffs) - 2 * se:+.1f}), {second} ahead on "
                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")
+    summed = [sum(runs[(s, st)]["tokens"] for s in seeds if runs.get((s, first)) and runs.get((s, second)))
+              for st in (first, second)]
     summary += (f"\nrollout tokens {second} / {first}: mean {statistics.mean(ratios):.2f} ({min(ratios):.2f}-"
-                f"{max(ratios):.2f}), fewer on {sum(r < 1 for r in ratios)} of {len(ratios)}")
+                f"{max(ratios):.2f}), fewer on {sum(r < 1 for r in ratios)} of {len(ratios)}; summed over the seeds "
+                f"{summed[1] / summed[0]:.2f} ({summed[1]:,.0f} / {summed[0]:,.0f})")
     print(table + "\n\n" + summary)
     (out / table_name).write_text(table + "\n\n" + summary + "\n")
     return 0

@@ -51,6 +51,7 @@ def test_report_pools_folders_and_gives_the_lower_bound_and_token_ratio(tmp_path
     assert "adaptive - uniform +0.3 (SE 2.2" in out and "mean - 2 SE -4.0" in out
     # token ratios 0.8, 1.2, 0.5: mean 0.83, fewer on 2 of 3
     assert "rollout tokens adaptive / uniform: mean 0.83 (0.50-1.20), fewer on 2 of 3" in out
+    assert "summed over the seeds 0.83 (2,500 / 3,000)" in out  # (800 + 1200 + 500) / 3000
     assert bench.report(a, [1, 2, 3]) == 0  # without --also: seed 1 alone
     out = capsys.readouterr().out
     assert "adaptive - uniform +2.0" in out and "SE" not in out and "mean 0.80 (0.80-0.80), fewer on 1 of 1" in out

@@ -454,7 +454,7 @@ def test_simulate_command_end_to_end(tmp_path, capsys) -> None:
     assert json.loads((tmp_path / "results.json").read_text())["params"]["tasks"] == 3
     wrong = parser.parse_args(["simulate", "--tasks", "3", "--task-sd", "9", "--out", str(tmp_path), "--quiet"])
     assert wrong.func(wrong) == 2
-    assert "task_sd" in capsys.readouterr().err
+    assert "--task-sd in [0, --difficulty-sd) (got --tasks=3, --task-sd=9.0" in capsys.readouterr().err  # flags named
     lengths = parser.parse_args(["simulate", "--strategies", "uniform", "adaptive:length_prior=true", "--quiet"])
     assert lengths.func(lengths) == 2
     assert "--feature-r2" in capsys.readouterr().err
@@ -564,3 +564,32 @@ def test_solve_rate_on_unseen_prompts_reads_first_samples_of_first_visits() -> N
     assert length_by_outcome(steps) == ([(6, 7.0)], [(6, 5.0)])  # only d is mixed and has lengths
     mixed = [{"step": 1, "rollout/groups": [["a", "0110", [10, 4, 6, 20]], ["b", "11", [1, 1]]]}]
     assert length_by_outcome(mixed) == ([(1, 5.0)], [(1, 15.0)])
+
+
+def test_simulate_names_flags_and_row_fields_that_change_nothing() -> None:
+    """An audit found these accepted without a word, with identical tables."""
+    from rollwise.sim.command import idle_settings, prepare
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+
+    def parsed(*argv):
+        return parser.parse_args(["simulate", *argv])
+
+    args = parsed("--strategies", "uniform", "uniform:seed=3", "uniform:estimator=irt", "adaptive:stratify=false",
+                  "adaptive:success_threshold=0.9", "adaptive:length_ema=0.5", "--transfer", "0.2", "--task-sd", "0.3",
+                  "--feature-r2", "0.5")
+    rows = prepare(args)[0]
+    got = idle_settings(args, rows)
+    assert [line.split(" has no effect")[0] for line in got] == [
+        "--transfer 0.2", "--task-sd 0.3", "--feature-r2 0.5", "strategy 'uniform:seed=3': seed",
+        "strategy 'uniform:estimator=irt': estimator=irt", "strategy 'adaptive:stratify=false': stratify",
+        "strategy 'adaptive:success_threshold=0.9': success_threshold", "strategy 'adaptive:length_ema=0.5': length_ema"]
+    fine = parsed("--strategies", "uniform", "mopps:seed=3", "adaptive:stratify=false", "adaptive:length_prior=true",
+                  "--tasks", "3", "--transfer", "0.2", "--feature-r2", "0.5")
+    assert idle_settings(fine, prepare(fine)[0]) == []
+    with pytest.raises(ValueError, match="estimator=oracle replaces the estimator, so posterior_decay"):
+        prepare(parsed("--strategies", "uniform", "adaptive:estimator=oracle:posterior_decay=0.5"))
+    with pytest.raises(ValueError, match="--difficulty-sd 0 leaves none"):
+        prepare(parsed("--strategies", "uniform", "adaptive:length_prior=true", "--feature-r2", "0.5",
+                       "--difficulty-sd", "0"))

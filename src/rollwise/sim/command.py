@@ -11,17 +11,20 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import yaml
 
-from rollwise.config import ConfigError, build_config
+from rollwise.config import ConfigError, PlannerConfig, _planner_draws, build_config
 from rollwise.planner import STRATEGIES
+from rollwise.planner.strategies import PART_OPTIONS, belief_unread
 from rollwise.sim.fit import (
     LR_CRITICAL,
     PROFILE_GRID,
@@ -199,8 +202,57 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
                        transfer=args.transfer, feature_r2=args.feature_r2, polarise=args.polarise,
                        polarise_law=args.polarise_law, eval_threshold=args.eval_threshold,
                        revisit_decay=args.revisit_decay)
-    World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
+    if args.feature_r2 and not args.difficulty_sd:
+        raise ValueError("--feature-r2 is the share of the prompts' difficulty spread that a feature explains, and "
+                         "--difficulty-sd 0 leaves none (the feature would be NaN); give --difficulty-sd > 0")
+    for text, (_, over) in zip(args.strategies, rows):
+        planner, oracle = split_oracle(over)
+        shaping = [k for k in planner if PART_OPTIONS.get(k, ("",))[0] == "estimator"]
+        if oracle == "oracle" and shaping:
+            raise ValueError(f"strategy '{text}': estimator=oracle replaces the estimator, so {shaping[0]} has no "
+                             "effect; drop it (oracle_seen and oracle_visit keep the preset's belief for unseen "
+                             "prompts and read it)")
+    try:
+        World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
+    except ValueError as e:  # said with the flags' names
+        raise ValueError(re.sub(rf"\b({'|'.join(_WORLD_FLAGS)})\b", lambda m: _WORLD_FLAGS[m.group(1)], str(e))) from None
     return rows, fitted, params
+
+
+_WORLD_FLAGS = {k: "--" + k.replace("_", "-") for k in ("tasks", "task_sd", "difficulty_sd", "transfer", "feature_r2",
+                                                         "polarise", "eval_threshold")}
+_TASK_FIELDS = ("group_prior", "stratify", "stratify_rollouts")
+
+
+def idle_settings(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Flags and row fields given that change nothing in this simulation (what `rollwise train` warns of in
+    a config, plus the simulator's own cases): one line each."""
+    out, default = [], SimParams()
+    if args.transfer != default.transfer and args.tasks < 2:
+        out.append(f"--transfer {args.transfer:g} has no effect: it splits skill gains between tasks; give --tasks 2 or more")
+    if args.task_sd != default.task_sd and not args.tasks:
+        out.append(f"--task-sd {args.task_sd:g} has no effect: it is the spread of the tasks' difficulty; give --tasks")
+    if args.feature_r2 and not any(over.get("length_prior") for _, over in rows):
+        out.append(f"--feature-r2 {args.feature_r2:g} has no effect: only a row with length_prior=true reads the feature")
+    for text, (name, over) in zip(args.strategies, rows):
+        planner, oracle = split_oracle(over)
+        try:
+            cfg = PlannerConfig(strategy=name, **planner)
+        except Exception:  # noqa: BLE001 - the run says what is wrong with the row
+            continue
+        unread = belief_unread(cfg) if oracle is None else ""
+        idle = [(unread.split(" shapes ")[0].removeprefix("planner."), "it shapes a belief no part of the planner "
+                 "reads")] if unread else []
+        if "seed" in planner and not _planner_draws(SimpleNamespace(planner=cfg)):
+            idle.append(("seed", "the planner makes no random choice"))
+        if "length_ema" in planner and cfg.budget_tokens is None:
+            idle.append(("length_ema", "it is read with a token budget: --unit tokens"))
+        idle += [(k, "it acts between tasks; give --tasks 2 or more") for k in _TASK_FIELDS
+                 if k in planner and args.tasks < 2]
+        if "success_threshold" in planner:
+            idle.append(("success_threshold", "a simulated reward is 0 or 1, so every threshold in (0, 1] is the same"))
+        out += [f"strategy '{text}': {key} has no effect ({why})" for key, why in idle]
+    return out
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -209,6 +261,8 @@ def run_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"rollwise simulate: error: {e}", file=sys.stderr)
         return 2
+    for line in idle_settings(args, rows):
+        print(f"rollwise simulate: warning: {line}", file=sys.stderr)
     if fitted is not None and not args.quiet:
         print_fit(args, *fitted)
     if fitted is not None and args.unit == "tokens":

@@ -106,7 +106,8 @@ class World:
         if params.law not in LAWS:
             raise ValueError(f"unknown learning law '{params.law}'; allowed: {', '.join(LAWS)}")
         if params.tasks < 0 or (params.tasks and not 0 <= params.task_sd < params.difficulty_sd):
-            raise ValueError("tasks must be >= 0 and task_sd in [0, difficulty_sd)")
+            raise ValueError(f"tasks must be >= 0 and task_sd in [0, difficulty_sd) (got tasks={params.tasks}, "
+                             f"task_sd={params.task_sd}, difficulty_sd={params.difficulty_sd})")
         if not 0.0 <= params.transfer <= 1.0:
             raise ValueError(f"transfer must be in [0, 1], got {params.transfer}")
         self.p = params

@@ -215,9 +215,9 @@ def _as_fraction(s: str) -> Fraction | None:
         value = Fraction(s)
     except (ValueError, ZeroDivisionError):
         return None
-    if "/" in s:
-        num, den = (int(x) for x in s.lstrip("-").split("/")) if "." not in s else (0, 0)
-        if (num, den) != (abs(value.numerator), value.denominator) or den == 1:
+    if "/" in s:  # as written, numerator and denominator must be the reduced ones, the denominator above 1
+        num, den = s.lstrip("-").split("/")
+        if "." in num or (int(num), int(den)) != (abs(value.numerator), value.denominator) or value.denominator == 1:
             return None
     return value
 

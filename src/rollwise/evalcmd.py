@@ -72,15 +72,15 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
 
 def no_checkpoint_message(run_dir: Path, command: str = "eval") -> str:
     """What `rollwise eval` or `rollwise export` says of a run folder with no step checkpoint."""
+    from rollwise.ui import start_again_command
     if command != "export":
         return (f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its first one): rerun "
                 "it, or evaluate its base model with `rollwise eval MODEL`")
-    again = (f"`rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} run.output_dir={run_dir.parent}`")
     best = Path(run_dir) / "checkpoints" / "best"
     saved = (f"; or export the best weights it saved (eval.save_best): `rollwise export {best} OUT_DIR`"
              if (best / "weights.safetensors").is_file() else "")
     return (f"run folder {run_dir} has no checkpoint to export (the run stopped before its first one; run.save_every "
-            f"sets how often they are written): start it again with {again} and export it once it has written "
+            f"sets how often they are written): start it again with {start_again_command(run_dir)} and export it once it has written "
             f"a checkpoint{saved}")
 
 

@@ -73,7 +73,7 @@ from rollwise.training.checkpoint import (
 )
 from rollwise.training.policy import PolicyTrainer
 from rollwise.types import PromptItem, Sample
-from rollwise.ui import StepProgress, print_summary
+from rollwise.ui import StepProgress, print_summary, start_again_command
 
 
 @dataclass
@@ -356,8 +356,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     if resume and ckpt is None:
         raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped "
                                 "before its first one; run.save_every sets how often they are written): start it "
-                                f"again with `rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} "
-                                f"run.output_dir={run_dir.parent}`")
+                                f"again with {start_again_command(run_dir)}")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
     for key in set(changes or ()) & set(START_ONLY) if ckpt is not None else ():

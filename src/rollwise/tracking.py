@@ -97,5 +97,6 @@ def latest(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         kind = "step" if "rollout/reward_mean" in r else "eval" if "eval/accuracy" in r else None
         return (kind, r.get("step")) if kind else None
 
-    last = {key(r): i for i, r in enumerate(rows) if key(r)}
-    return [r for i, r in enumerate(rows) if key(r) is None or last[key(r)] == i]
+    keys = [key(r) for r in rows]
+    last = {k: i for i, k in enumerate(keys) if k}
+    return [r for i, (r, k) in enumerate(zip(rows, keys)) if k is None or last[k] == i]

@@ -100,6 +100,12 @@ def run_config(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def start_again_command(run_dir: Path | str) -> str:
+    """The command that starts a run with no checkpoint again in its own folder (its metrics are replaced)."""
+    run_dir = Path(run_dir)
+    return f"`rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} run.output_dir={run_dir.parent}`"
+
+
 def checkpointed_step(run_dir: Path | str) -> int | None:
     """The step of the run's last checkpoint (checkpoints/step_N), None when it has none (as
     training.checkpoint.latest_checkpoint finds it, without importing torch)."""
@@ -143,11 +149,9 @@ def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Pat
         return (f"not finished: step {last} of {max_steps} trained, its final evaluation (eval.at_end) missing "
                 f"(killed during it, or still running); `rollwise train --resume {run_dir}` makes it")
     if ckpt is None:
-        run_dir = Path(run_dir)
         return (f"not finished: step {last} of {max_steps} (killed before its first checkpoint, or still running); "
-                f"no checkpoint in {run_dir / 'checkpoints'} to resume from (run.save_every sets how often they are "
-                f"written): start it again with `rollwise train {run_dir / 'config.yaml'} run.name={run_dir.name} "
-                f"run.output_dir={run_dir.parent}`")
+                f"no checkpoint in {Path(run_dir) / 'checkpoints'} to resume from (run.save_every sets how often they "
+                f"are written): start it again with {start_again_command(run_dir)}")
     return (f"not finished: step {last} of {max_steps} (killed, or still running); "
             f"`rollwise train --resume {run_dir}` continues from its last checkpoint")
 

@@ -107,6 +107,17 @@ def test_knapsack_allocator_respects_budget_and_bounds() -> None:
     assert len(ns) == 4
 
 
+def test_knapsack_gives_a_mixed_prompt_the_minimum_plus_one_and_up_to_16n() -> None:
+    """Knapsack RL: p = 0 or 1 prompts get min_n (2); a mixed prompt picks k in 1..(max_n - min_n) extra
+    rollouts, so at least 3; max_n = 128 at n = 8."""
+    pl = make("knapsack", uids=UIDS[:4], pps=4, n=4, min_observations=4, budget_rollouts=12)
+    for u, k in zip(UIDS[:4], (1, 2, 3, 2)):  # p = 1/4, 1/2, 3/4, 1/2: all mixed
+        pl.estimator.update(pl.index[u], k, 4)
+    pl.allocator.cost_per_prompt = 3.0  # four prompts chosen
+    assert [q.n for q in pl.begin_step(0)] == [3, 3, 3, 3]  # the DP alone would give p = 3/4 only 2
+    assert make("knapsack", pps=4, n=8).allocator.max_n == 128
+
+
 def test_per_prompt_bounds_hold_for_unseen_prompts_and_a_short_budget() -> None:
     """planner.min/max_samples_per_prompt bound every rolled-out prompt: an unseen prompt's n is
     clipped into them, and when the budget cannot give every mixed prompt the minimum the most
@@ -217,6 +228,18 @@ def test_window_last_visit_and_rank() -> None:
     r.update(1, 2, 4)
     r.update(2, 0, 4)  # hardest
     assert r.rank(np.array([0, 1, 2, 3])) == pytest.approx([0.0, 1 / 3, 2 / 3, 0.0])
+    r.update(3, 0, 4)  # as hard as prompt 2: the two share positions 2 and 3 of 4
+    assert r.rank(np.array([0, 1, 2, 3])) == pytest.approx([0.0, 1 / 4, 2.5 / 4, 2.5 / 4])
+
+
+def test_e3_gives_prompts_of_equal_accuracy_equal_samples() -> None:
+    """Ties in E3's ranks (all-wrong prompts are common) are not broken by dataset order."""
+    uids = [f"p{i}" for i in range(8)]
+    pl = make("e3", uids=uids, pps=8, n=8)
+    for u in uids:
+        pl.estimator.update(pl.index[u], 0, 8)
+    pl.stream.epoch = 2  # window [4, 12]
+    assert [q.n for q in pl.begin_step(0)] == [8] * 8
 
 
 def test_irt_estimator_learns_level_and_hopeless_prompts() -> None:

@@ -84,7 +84,7 @@ CHANGES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "train.warmup_steps": ("10", (), "weights"),
     "train.lr_scheduler": ("linear", (), "weights"),
     "train.max_grad_norm": ("0.001", (), "weights"),
-    "train.skip_zero_advantage": ("false", (), "weights"),
+    "train.skip_zero_advantage": ("false", (), "metrics"),  # the same gradient by design: train/forwarded_sequences
     # the settings the out-of-memory message names: the same result by design, other numbers by rounding and the
     # engine's draw order, which shows the resume reads them
     "rollout.batch_size": ("2", (), "weights"),

@@ -339,7 +339,7 @@ class PlannerConfig(_Section):
     )
     max_samples_per_prompt: int | None = Field(
         None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
-        "2x, knapsack 8x, e3 1.5x, dars et 4x / hw 8x num_generations)."
+        "2x, knapsack 16x, e3 1.5x, dars et 4x / hw 8x num_generations)."
     )
     success_threshold: float = Field(
         0.5, description="A reward at or above this counts as a success (the planner's belief, "
@@ -398,8 +398,8 @@ class PlannerConfig(_Section):
     greso_zero_variance_target: float = Field(
         0.25, ge=0, le=1, description="GRESO: target zero-variance share (1/3 easy, 2/3 hard)."
     )
-    greso_easy_threshold: float = Field(0.98, description="GRESO: a visit whose share of successful samples is >= this counts as easy.")
-    greso_hard_threshold: float = Field(0.11, description="GRESO: a visit whose share of successful samples is <= this counts as hard.")
+    greso_easy_threshold: float = Field(0.98, ge=0, le=1, description="GRESO: a visit whose share of successful samples is >= this counts as easy.")
+    greso_hard_threshold: float = Field(0.11, ge=0, le=1, description="GRESO: a visit whose share of successful samples is <= this counts as hard.")
     ar3po_stages: int = Field(4, gt=0, description="AR3PO: most sampling stages per prompt.")
     ar3po_stage_size: int | None = Field(
         None, gt=0, description="AR3PO: responses per stage (None = num_generations // 2)."

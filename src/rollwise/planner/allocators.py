@@ -99,7 +99,7 @@ class KnapsackAllocator(Allocator):
     def __init__(self, cfg: Any, n: int):
         super().__init__(cfg, n)
         self.min_n = cfg.min_samples_per_prompt or min(2, n)
-        self.max_n = cfg.max_samples_per_prompt or 8 * n
+        self.max_n = cfg.max_samples_per_prompt or 16 * n  # Knapsack RL's max_n=128 at n=8
 
     # cost units per rollout of the mean length in the token-budget DP (a sample's cost is quantised to 1/8)
     TOKEN_QUANTUM = 8
@@ -121,7 +121,8 @@ class KnapsackAllocator(Allocator):
         mixed = np.flatnonzero(~unseen & ~zero & ~one)
         out[zero | one] = self.min_n
         left = budget - float((out * w).sum())
-        if left < self.min_n * float(w[mixed].sum()) - 1e-9:  # over-committed: the minimum to the most valuable
+        floor = min(self.min_n + 1, self.max_n)  # a mixed prompt: the minimum plus at least one (Knapsack RL)
+        if left < floor * float(w[mixed].sum()) - 1e-9:  # over-committed: the minimum to the most valuable
             # that fit, none to the rest (a group smaller than the minimum, 1 sample, teaches nothing)
             best = mixed[np.argsort(-informative_value(p[mixed], np.full(len(mixed), self.min_n)), kind="stable")]
             for i in best:
@@ -131,7 +132,7 @@ class KnapsackAllocator(Allocator):
             if not out.any() and len(best):
                 out[best[0]] = self.min_n  # a budget below one minimum group still rolls out one (else no step would run)
             return out.tolist()
-        need = np.array([max(self.min_n, needed_samples(float(p[i]), self.max_n)) for i in mixed], dtype=np.int64)
+        need = np.array([max(floor, needed_samples(float(p[i]), self.max_n)) for i in mixed], dtype=np.int64)
         if float((need * w[mixed]).sum()) <= left + 1e-9 and zero.any():
             out[mixed] = need
             surplus = left - float((need * w[mixed]).sum())
@@ -139,7 +140,7 @@ class KnapsackAllocator(Allocator):
             extra = min(int(surplus // float(w[zi].sum()) + 1e-9), self.max_n - self.min_n)
             out[zi] += max(extra, 0)
             return out.tolist()
-        options = np.arange(self.min_n, self.max_n + 1)
+        options = np.arange(floor, self.max_n + 1)
         values = [informative_value(np.full(len(options), p[i]), options) for i in mixed]
         costs = [np.rint(options * w[i] * q).astype(np.int64) for i in mixed]  # w is in 1/q steps already
         chosen = solve_mckp(values, costs, int(left * q + 1e-9))

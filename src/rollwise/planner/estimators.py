@@ -217,17 +217,20 @@ class RankEstimator(WindowEstimator):
 
 
 def rank_by_mean(est: Estimator, idx: np.ndarray) -> np.ndarray:
-    """Difficulty rank of `idx` among all seen prompts of the pool, from estimated means."""
+    """Difficulty rank of `idx` among all seen prompts of the pool, from estimated means: the i-th easiest
+    of m has rank i/m; prompts of equal means share their positions' average (else which of, say, the
+    all-wrong prompts got more samples would follow their order in the dataset); unseen prompts 0."""
     pool = np.arange(est.size)
     seen = est.count(pool) > 0
     m = int(seen.sum())
     out = np.zeros(len(idx))
     if m == 0:
         return out
-    means = est.mean(pool)
-    order = np.argsort(-means[seen], kind="stable")  # easiest first
+    means = est.mean(pool)[seen]
+    order = np.argsort(-means, kind="stable")  # easiest first
+    _, start, size = np.unique(-means[order], return_index=True, return_counts=True)  # runs of equal means
     r = np.zeros(est.size)
-    r[pool[seen][order]] = np.arange(m) / m
+    r[pool[seen][order]] = np.repeat(start + (size - 1) / 2, size) / m
     return r[np.asarray(idx)]
 
 

@@ -346,6 +346,16 @@ def test_aggregate_errors() -> None:
         aggregate_loss(t(LOSS), torch.ones(3, 2), "dapo")
     with pytest.raises(ValueError, match="num_tokens"):
         aggregate_loss(t(LOSS), t(MASK), "dapo", num_tokens=-1)
+    # a zero normaliser with tokens to divide was taken for 1 (the loss 7 instead of an error)
+    with pytest.raises(ValueError, match="num_tokens=0"):
+        aggregate_loss(t(LOSS), t(MASK), "dapo", num_tokens=0)
+    with pytest.raises(ValueError, match="num_sequences=0"):
+        aggregate_loss(t(LOSS), t(MASK), "grpo", num_sequences=0)
+
+
+def test_entropy_of_a_row_with_no_finite_logit_is_zero_not_nan() -> None:
+    logits = t([[[0.0, math.log(3.0)], [-math.inf, -math.inf]]])
+    assert_close(entropy_from_logits(logits)[0, 1], t(0.0))
 
 
 def test_masked_mean() -> None:

@@ -392,8 +392,8 @@ def test_settings_of_features_left_off_are_named():
         "distributed.worker_threads=2", "eval.at_start=false", "eval.at_end=false", "eval.save_best=true"]))
     assert [line.split("=")[0] for line in got] == [
         "model.cache_dir", "model.lora.r", "data.system_prompt", "rollout.prompts_per_step", "rollout.batch_size",
-        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "algo.epsilon_high", "distributed.worker_threads",
-        "eval.save_best", "distributed.max_staleness"]  # async with the default correction: stale tokens trained as on-policy
+        "algo.scale_rewards", "algo.dual_clip", "algo.epsilon", "algo.epsilon_high", "algo.policy_loss",
+        "distributed.worker_threads", "eval.save_best", "distributed.max_staleness"]  # async with the default correction: stale tokens trained as on-policy
     assert got[1] == "model.lora.r=4 has no effect: it is read only with model.lora.enabled=true"
     assert unused_settings(load_config(None, ["model.lora.enabled=true", "model.lora.r=4", "model.cache_dir=/tmp/c",
                                               "data.system_prompt=hi", "rollout.prompts_per_step=4",
@@ -421,6 +421,15 @@ def test_settings_that_cannot_act_under_the_others_are_named():
     assert keys("algo.epsilon_high=0.28", "algo.epsilon=0.1", "algo.dual_clip=3") == [
         "algo.dual_clip", "algo.epsilon", "algo.epsilon_high"]
     assert keys("algo.epsilon_high=0.28", "algo.epsilon=0.1", "algo.dual_clip=3", "algo.num_iterations=2") == []
+    # ... nor do GSPO's and CISPO's ratios: at one update their gradients are ppo_clip's
+    assert keys("algo.policy_loss=cispo") == ["algo.policy_loss"]
+    assert keys("algo.policy_loss=cispo", "algo.num_iterations=2") == []
+    # GSPO's objective averages sequences (loss_type grpo); the default token mean weights them by length
+    assert keys("algo.policy_loss=gspo", "algo.num_iterations=2") == ["algo.policy_loss"]
+    assert "algo.loss_type=grpo" in unused_settings(load_config(None, ["algo.policy_loss=gspo", "algo.num_iterations=2"]))[0]
+    assert keys("algo.policy_loss=gspo", "algo.num_iterations=2", "algo.loss_type=grpo") == []
+    # CISPO's only bound is its cap 1 + epsilon_high: below epsilon is no contradiction
+    assert load_config(None, ["algo.policy_loss=cispo", "algo.epsilon_high=0.1"]).algo.epsilon_high == 0.1
     # an evaluation every 50 steps of a 40-step run never comes; a patience of 5 cannot be reached with 4
     # evaluations before the last step (at the start, then steps 10, 20, 30: the first only sets the best)
     assert keys("eval.every_n_steps=40") == ["eval.every_n_steps"]

@@ -237,7 +237,9 @@ class AlgoConfig(_Section):
         "group", description="Divide GRPO advantages by the group std, the batch std, or not (Dr.GRPO)."
     )
     policy_loss: Literal["ppo_clip", "gspo", "cispo"] = Field(
-        "ppo_clip", description="Per-token PPO clip, GSPO (sequence ratio) or CISPO."
+        "ppo_clip", description="Per-token PPO clip, GSPO (sequence ratio) or CISPO. GSPO and CISPO differ from "
+        "ppo_clip only with algo.num_iterations > 1 (one update per batch leaves every ratio at 1); GSPO's objective "
+        "averages sequences, which is algo.loss_type=grpo."
     )
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field(
         "dapo", description="Aggregation: grpo = mean of per-sequence token means, dapo = token mean, "
@@ -246,7 +248,9 @@ class AlgoConfig(_Section):
     epsilon: float = Field(0.2, gt=0, lt=1, description="Lower clip range (ratio >= 1 - epsilon); acts only with "
                            "algo.num_iterations > 1 (one update per batch leaves every ratio at 1).")
     epsilon_high: float | None = Field(None, gt=0, description="Upper clip range; None = epsilon (DAPO uses 0.28); acts "
-                                       "only with algo.num_iterations > 1.")
+                                       "only with algo.num_iterations > 1. With policy_loss=cispo the importance "
+                                       "weight's cap is 1 + epsilon_high (TRL's epsilon_high is the cap itself: 4 here is "
+                                       "TRL's 5).")
     dual_clip: float | None = Field(None, gt=1, description="Dual-clip bound c for negative advantages (None = off); "
                                     "acts only with algo.num_iterations > 1.")
     beta: float = Field(0.0, ge=0, description="KL coefficient against a frozen reference model (0 = none "
@@ -543,7 +547,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
         a = self.algo
-        if a.epsilon_high is not None and a.epsilon_high < a.epsilon:
+        if a.epsilon_high is not None and a.epsilon_high < a.epsilon and a.policy_loss != "cispo":  # cispo: no lower bound
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")
         if a.icepop_low > a.icepop_high:
             raise ValueError(f"algo.icepop_low ({a.icepop_low}) must be <= algo.icepop_high ({a.icepop_high})")
@@ -701,6 +705,9 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                      "algo.num_iterations > 1, and a policy loss other than cispo or cispo without algo.epsilon_high"
                      + _ONE_UPDATE),
     "algo.epsilon_high": (lambda c: c.algo.num_iterations > 1, "algo.num_iterations > 1" + _ONE_UPDATE),
+    "algo.policy_loss": (lambda c: c.algo.num_iterations > 1,
+                         "algo.num_iterations > 1 (with one update per batch every token's ratio is exactly 1, where "
+                         "GSPO's and CISPO's gradients are ppo_clip's)"),
     "train.lr_scheduler": (lambda c: c.train.warmup_steps < c.train.max_steps * c.algo.num_iterations,
                            "train.warmup_steps below train.max_steps x algo.num_iterations (the decay follows the "
                            "warm-up)"),
@@ -763,6 +770,10 @@ def unused_settings(cfg: Config) -> list[str]:
         out.append(f"distributed.max_staleness={d.max_staleness} lets batches be sampled up to {d.max_staleness} "
                    "versions before the trainer's weights, and algo.offpolicy_correction=recompute trains every token "
                    "as on-policy; set algo.offpolicy_correction=decoupled (or tis) to correct for it")
+    if cfg.algo.policy_loss == "gspo" and cfg.algo.loss_type != "grpo":
+        out.append(f"algo.policy_loss=gspo with algo.loss_type={cfg.algo.loss_type} weights each sequence by its number "
+                   "of tokens; GSPO's objective averages sequences (each one's length-normalised ratio counts once): set "
+                   "algo.loss_type=grpo, as verl and TRL do for GSPO")
     ro, weighted = cfg.rollout, cfg.algo.offpolicy_correction in ("tis", "decoupled", "m2po", "icepop")
     if ro.engine == "vllm" and (ro.top_p < 1 or ro.top_k > 0) and weighted:
         out.append(f"rollout.engine=vllm with rollout.top_p={ro.top_p:g}, top_k={ro.top_k} biases algo.offpolicy_correction="

@@ -120,6 +120,9 @@ def aggregate_loss(
             raise ValueError(f"{name} must be >= 0, got {value}")
 
     masked_loss, m = _masked(loss, mask)  # [B, L], [B, L]
+    name, value = ("num_tokens", num_tokens) if loss_type == "dapo" else ("num_sequences", num_sequences)
+    if value is not None and not isinstance(value, torch.Tensor) and value == 0 and bool(m.any()):
+        raise ValueError(f"{name}=0 with tokens in the mask: a normaliser counts at least the tokens it divides")
     batch_size = loss.shape[0]
     seqs = batch_size if num_sequences is None else num_sequences
 

@@ -276,8 +276,8 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> 
         lse = torch.logsumexp(z, dim=-1)  # [C]
         p = torch.softmax(z, dim=-1)  # [C, V]
         z_safe = torch.where(torch.isfinite(z), z, torch.zeros_like(z))  # [C, V]; p = 0 there
-        pz = (p * z_safe).sum(-1)  # [C]
-        parts.append(lse - pz)
+        pz = (p * z_safe).sum(-1)  # [C]; NaN in a row of only -inf logits (no distribution: entropy 0)
+        parts.append(torch.where(torch.isfinite(lse), lse - pz, torch.zeros_like(lse)))
     if not parts:
         return logits.new_zeros(lead)
     return torch.cat(parts).reshape(lead).to(logits.dtype)  # [B, L]

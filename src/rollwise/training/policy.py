@@ -3,7 +3,8 @@
 Zero-gradient samples cost nothing: a sample whose advantage is exactly 0 adds nothing to
 the policy loss or its gradient, so when no other term needs it (beta = 0, no entropy bonus)
 it is never forwarded. The normalisers (token and sequence counts) still count it, so the
-loss and the gradient are exactly those of the whole batch.
+loss and the gradient are exactly those of the whole batch (except under the m2po correction,
+whose token mask is chosen over each micro-batch's tokens, zero-advantage rows included).
 
 Off-policy correction (`algo.offpolicy_correction`, see `rollwise.algos.offpolicy`). Three
 policies meet: the behaviour policy (the engine's per-token log-probs `Sample.behaviour_logprobs`,

@@ -90,6 +90,15 @@ def test_yaml_file(tmp_path):
 def test_override_syntax_errors():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["algo.beta"])
+    for item in ("data.tasks.0.weight=2", "data.tasks[0].weight=2"):  # was "not a valid list" / "unknown key"
+        with pytest.raises(ConfigError, match=r"a list's items cannot be set one by one; give data.tasks whole"):
+            parse_overrides([item])
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "win.yaml").write_bytes("train:\n  max_steps: 3\n".encode("utf-16"))  # PowerShell's `>`
+    with pytest.raises(ConfigError, match="not UTF-8 text"):
+        load_config(tmp_path / "win.yaml")
 
 
 def test_a_text_option_keeps_the_text_as_typed():

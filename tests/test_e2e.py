@@ -350,6 +350,8 @@ def test_disk_full_while_checkpointing_stops_cleanly_and_keeps_the_last_checkpoi
     assert main(["train", *_args(tiny_model_dir, tmp_path, "full", 4, quiet)]) == 2
     err = capsys.readouterr().err
     assert "could not write the checkpoint" in err and "free disk space" in err and "Traceback" not in err
+    # a full disk is said as such, with the command that resumes (a moved run.output_dir would start a new run)
+    assert "disk full" in err and f"--resume {tmp_path / 'full'}" in err and "run.output_dir" not in err
     assert sorted(p.name for p in (tmp_path / "full" / "checkpoints").iterdir()) == ["step_000002"]
     monkeypatch.undo()
     monkeypatch.syspath_prepend(str(TESTS))

@@ -74,6 +74,29 @@ def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoi
     assert sum('"rollout/reward_mean"' in r for r in rows) == 1 and '"rollout/reward_mean": 0.9' not in "".join(rows)
 
 
+def test_a_third_start_keeps_the_first_starts_best_aside(tmp_path, capsys):
+    from rollwise.loop import set_aside_earlier_best
+
+    ck = tmp_path / "checkpoints"
+    for step in (1, 2):  # two starts that each saved a best and crashed before a step checkpoint
+        (ck / "best").mkdir(parents=True)
+        (ck / "best" / "best.json").write_text(f'{{"step": {step}}}')
+        set_aside_earlier_best(tmp_path)
+    assert (ck / "best_earlier_start" / "best.json").read_text() == '{"step": 1}'
+    assert (ck / "best_earlier_start_2" / "best.json").read_text() == '{"step": 2}'
+
+
+def test_checkpoint_folders_set_aside_under_another_name_are_neither_resumed_nor_removed(tmp_path):
+    from rollwise.training.checkpoint import latest_checkpoint, save_checkpoint
+
+    ck = tmp_path / "checkpoints"
+    for name in ("step_000002", "step_000010.bad", "step_000020_keep"):
+        (ck / name).mkdir(parents=True)
+    assert latest_checkpoint(tmp_path).name == "step_000002"
+    save_checkpoint(tmp_path, 4, torch.nn.Linear(2, 2), {}, {}, keep=1)
+    assert sorted(p.name for p in ck.iterdir()) == ["step_000004", "step_000010.bad", "step_000020_keep"]
+
+
 def test_a_checkpoint_of_another_shape_names_the_fix(tmp_path):
     from rollwise.training.checkpoint import CheckpointError, load_checkpoint_weights
 
@@ -248,3 +271,17 @@ def test_a_misspelt_built_in_model_name_is_said_at_once(monkeypatch):
             models.resolve_model_path(name)
     assert models.resolve_model_path("gpt2") == "gpt2"  # a hub id is left to the hub
     assert models.resolve_model_path("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+
+
+def test_an_unknown_key_in_a_runs_saved_config_names_that_file(tmp_path):
+    from rollwise.config import ConfigError
+    from rollwise.loop import load_resumed_config
+
+    (tmp_path / "config.yaml").write_text("train:\n  old_key: 1\n")  # written by another version of rollwise
+    with pytest.raises(ConfigError, match=r"config.yaml, the run's saved settings: (.|\n)*unknown config key 'train.old_key'"
+                                          r"(.|\n)*Edit that file"):
+        load_resumed_config(str(tmp_path), {})
+    with pytest.raises(ConfigError) as e:  # an override's own mistake is said as before
+        (tmp_path / "config.yaml").write_text("train:\n  max_steps: 3\n")
+        load_resumed_config(str(tmp_path), {"train": {"max_stepz": 4}})
+    assert "saved settings" not in str(e.value) and "max_stepz" in str(e.value)

@@ -186,8 +186,9 @@ def memory_hint(command: str | None) -> str:
 def disk_hint(command: str | None) -> str:
     """What to do about a full disk, for the command that ran."""
     if command == "train":
-        return ("free disk space or change run.output_dir (or model.cache_dir, where the built-in model is converted "
-                "once). A run continues from its last checkpoint with `rollwise train --resume RUN_DIR`.")
+        return ("free disk space, or start a new run with run.output_dir (or model.cache_dir, where the built-in model "
+                "is converted once) on another disk. A run continues from its last checkpoint with `rollwise train "
+                "--resume RUN_DIR`; to continue it on another disk, copy its folder there and resume the copy.")
     if command == "export":
         return "free disk space or give an OUT_DIR on another disk, then export again."
     return "free disk space (or set model.cache_dir on another disk), then run the command again."

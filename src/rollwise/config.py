@@ -821,6 +821,14 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not key:
             raise ConfigError(f"override '{item}' has an empty key")
+        parts = key.split(".")
+        listed = next((i for i, part in enumerate(parts) if part.isdigit() or "[" in part), None)
+        if listed is not None:  # data.tasks.0.weight or data.tasks[0].weight
+            whole = ".".join([*parts[:listed], parts[listed].split("[")[0]] if "[" in parts[listed] else parts[:listed])
+            example = (" (for example data.tasks='[{name: basic_arithmetic, weight: 2}, {name: leg_counting}]')"
+                       if whole == "data.tasks" else "")
+            raise ConfigError(f"override '{item}': a list's items cannot be set one by one; give {whole} whole, as a "
+                              f"YAML list{example}")
         text = _text_field(key)
         if text is not None and not (len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\""):
             # a text option keeps the text as typed: YAML would cut `#...` as a comment, read `a: b` as a
@@ -954,6 +962,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
                           "word. Merge them into one") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"config file '{p}' is not valid YAML: {e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file '{p}' is not UTF-8 text (a Windows shell's `>` writes UTF-16); save it as "
+                          "UTF-8") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
     return loaded

@@ -134,6 +134,10 @@ def replace_text(path: Path, text: str) -> None:
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # write_text's full disk names no file: the message should
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -5,6 +5,7 @@ Read `train()` in one sitting; everything it calls is a small piece with its own
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -140,15 +141,13 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
 
 def set_aside_earlier_best(run_dir: Path) -> None:
     """A fresh start in a folder whose earlier start saved a best but no step checkpoint: that best is
-    moved to checkpoints/best_earlier_start (kept, not taken for this run's), and half-written
-    checkpoint folders are removed."""
-    import shutil
-
+    moved to checkpoints/best_earlier_start (best_earlier_start_2, _3 ... when an earlier one is there: kept,
+    not taken for this run's), and half-written checkpoint folders are removed."""
     remove_partial_writes(run_dir)
     best = best_dir(run_dir)
     if best.is_dir():
-        aside = best.with_name("best_earlier_start")
-        shutil.rmtree(aside, ignore_errors=True)
+        aside = next(p for i in itertools.count(1)
+                     if not (p := best.with_name("best_earlier_start" + (f"_{i}" if i > 1 else ""))).exists())
         best.rename(aside)
         print(f"rollwise: the earlier start's {best} is moved to {aside}; this run saves its own best", file=sys.stderr)
 
@@ -167,7 +166,15 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
     if moved:
         raise ConfigError(f"--resume continues the run in {run_dir}; run.{' and run.'.join(moved)} cannot move it. "
                           "Copy the folder and resume the copy, or start a new run")
-    cfg = build_config(_merge(saved, overrides))
+    try:
+        cfg = build_config(_merge(saved, overrides))
+    except ConfigError as e:
+        try:
+            build_config(saved)
+        except ConfigError:  # the saved file itself (a key an older or newer rollwise wrote): an override cannot fix it
+            raise ConfigError(f"{path}, the run's saved settings: {e}\nEdit that file (a key this version of rollwise "
+                              "does not know can be deleted), then resume") from None
+        raise
     was, now = leaves(saved), leaves(config_to_dict(cfg))
     for key in leaves(overrides):
         if key.startswith(FIXED_ON_RESUME) and key in was and was[key] != now.get(key):

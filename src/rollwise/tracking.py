@@ -66,9 +66,9 @@ class Tracker:
                 self.writer.flush()
         except OSError as e:
             raise StorageError(
-                f"could not write the metrics of step {step} to {self.path.parent} ({e.strerror}); free disk space "
-                f"or change run.output_dir, then continue with `rollwise train --resume {self.path.parent}` "
-                "(it restarts from the last checkpoint; nothing before it is lost)"
+                f"could not write the metrics of step {step} to {self.path.parent} ({e.strerror}); free disk space, "
+                f"then continue with `rollwise train --resume {self.path.parent}` (it restarts from the last "
+                "checkpoint; nothing before it is lost), or copy the run folder to a disk with room and resume the copy"
             ) from None
 
     def close(self) -> None:

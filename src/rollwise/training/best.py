@@ -92,7 +92,7 @@ def save_best_weights(run_dir: Path, step: int, accuracy: float, model: torch.nn
         save_file(trainable_state(model), str(folder / "weights.safetensors"))
         (folder / "best.json").write_text(json.dumps({"step": step, "metric": METRIC, "accuracy": accuracy}) + "\n")
 
-    write_folder(tmp, write, "best weights", "turn off eval.save_best. The previous best is intact.")
+    write_folder(tmp, write, "best weights", "free disk space, or turn off eval.save_best. The previous best is intact.")
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)

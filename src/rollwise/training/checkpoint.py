@@ -7,6 +7,7 @@ loop's own counters. It is written to a temporary folder and renamed into place.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
@@ -57,18 +58,19 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
         save_file(trainable_state(model), str(folder / "weights.safetensors"))
         torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, folder / "state.pt")
 
-    write_folder(tmp, write, "checkpoint", "change run.output_dir. The previous checkpoint is intact.")
+    write_folder(tmp, write, "checkpoint", f"free disk space, then continue with `rollwise train --resume {run_dir}` (or "
+                 "copy the run folder to a disk with room and resume the copy). The previous checkpoint is intact.")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    for old in sorted(ckdir.glob("step_*"), key=checkpoint_step)[:-keep]:
+    for old in step_folders(ckdir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
 def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
     """Write a fresh folder `tmp` with `write(tmp)` and flush its files to disk; when a write
-    fails (a full disk) remove it and raise a CheckpointError that says what to do (`hint`).
+    fails (a full disk) remove it and raise a CheckpointError that says what to do (`hint`, for a full disk).
 
     A full disk is an OSError only where Python writes: safetensors raises a SafetensorError
     ("I/O error: No space left on device") and torch.save a RuntimeError ("unexpected pos ...")."""
@@ -82,7 +84,10 @@ def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
     except (OSError, SafetensorError, RuntimeError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
-        raise CheckpointError(f"could not write the {what} to {tmp} ({why}); free disk space or {hint}") from None
+        full = (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)) or any(
+            s in str(e) for s in ("No space left", "unexpected pos", "os error 28", "Disk quota"))
+        raise CheckpointError(f"could not write the {what} to {tmp} ({'disk full: ' if full else ''}{why}); "
+                              f"{hint}") from None
 
 
 def checkpoint_step(path: Path) -> int:
@@ -91,8 +96,14 @@ def checkpoint_step(path: Path) -> int:
     return int(digits) if digits.isdigit() else 0
 
 
+def step_folders(ckdir: Path) -> list[Path]:
+    """The checkpoint folders step_NNNNNN, oldest first; a folder set aside under another name (step_000010.bad,
+    step_000020_keep) is neither resumed from nor removed."""
+    return sorted((p for p in Path(ckdir).glob("step_*") if p.name.removeprefix("step_").isdigit()), key=checkpoint_step)
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted((Path(run_dir) / "checkpoints").glob("step_*"), key=checkpoint_step)
+    found = step_folders(Path(run_dir) / "checkpoints")
     return found[-1] if found else None
 
 

@@ -336,3 +336,31 @@ def test_models_that_rescale_their_logits_get_the_same_logprobs_everywhere(setup
                 logits = model(input_ids=ids).logits[0, len(r.prompt_ids) - 1 : -1].float() / 0.9
             exp = torch.log_softmax(logits, -1).gather(1, torch.tensor(o.response_ids)[:, None])[:, 0][3:n]
             torch.testing.assert_close(new, exp, atol=1e-4, rtol=1e-4)
+
+
+def test_a_resumed_prefix_without_its_topk_records_none(setup):
+    """Top-k entry i must describe token i. A resumed request whose prefix came without its top-k
+    (prefix_topk shorter than prefix_ids) gets no top-k at all: recording from the resume on would
+    shift every entry by the prefix's length, and speculative verification would rebuild the old
+    distribution of token n from another position's. Without top-k it takes its no-top-k path."""
+    tok, model, prompts = setup
+    eng = ContinuousEngine(model, [tok.eos_token_id], tok.pad_token_id, dtype=torch.float32, batch_size=2, seed=0,
+                           num_slots=2, record_topk=3)
+    eng.eos = set()  # every response runs to its cap: lengths are known
+    first = eng.generate([GenerationRequest(prompts[0], 4)])[0]
+    assert first.topk[0].shape == (4, 3)  # a fresh request: one top-k per token
+    kept = dict(prefix_ids=first.response_ids[:2], prefix_logprobs=first.logprobs[:2], prefix_versions=first.versions[:2])
+    with_topk = eng.generate([GenerationRequest(prompts[0], 6, prefix_topk=(first.topk[0][:2], first.topk[1][:2]),
+                                                **kept)])[0]
+    assert with_topk.topk[0].shape == (6, 3) and torch.equal(with_topk.topk[0][:2], first.topk[0][:2])
+    without, partial = eng.generate([GenerationRequest(prompts[0], 6, **kept),
+                                     GenerationRequest(prompts[0], 6, prefix_topk=list(zip(*first.topk))[:1], **kept)])
+    assert len(without.response_ids) == len(partial.response_ids) == 6
+    assert without.topk == [] and partial.topk == []
+    # a round cut mid-way hands the missing top-k on: the resumed request still has none
+    _, pending = eng.run_round([GenerationRequest(prompts[0], 6, request_id=0, **kept)], token_budget=1)
+    assert len(pending[0].prefix_ids) == 3 and pending[0].prefix_topk == []
+    # verification falls back to the full new distribution at the rejected token
+    before = eng.stats["spec_no_topk"]
+    out = eng.verify([prompts[0]], [without], lenience=1e-12, temperature=1.0, max_new_tokens=6)
+    assert eng.stats["spec_no_topk"] == before + 1 and len(out) == 1

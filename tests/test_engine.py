@@ -206,3 +206,12 @@ def test_a_request_for_no_tokens_gets_none_and_an_empty_prompt_is_refused(tiny_m
     assert [len(o.response_ids) for o in outs] == [0, 3]
     with pytest.raises(ValueError, match="empty prompt"):
         eng.generate([GenerationRequest([], 3), GenerationRequest([4, 5], 3)])
+
+
+def test_hf_engine_refuses_a_request_to_continue_a_partial_response(tiny_model_dir):
+    """The hf engine starts every response from its prompt: a request carrying prefix_ids is refused,
+    not generated as if the prefix were not there."""
+    tok, model, eng = _setup(tiny_model_dir)
+    resumed = GenerationRequest([5, 6, 7], 6, prefix_ids=[8, 9], prefix_logprobs=[-1.0, -1.0], prefix_versions=[0, 0])
+    with pytest.raises(ValueError, match=r"1 generation request\(s\) carry a partial response \(prefix_ids\)"):
+        eng.generate([GenerationRequest([4, 5], 3), resumed])

@@ -285,3 +285,12 @@ def test_an_unknown_key_in_a_runs_saved_config_names_that_file(tmp_path):
         (tmp_path / "config.yaml").write_text("train:\n  max_steps: 3\n")
         load_resumed_config(str(tmp_path), {"train": {"max_stepz": 4}})
     assert "saved settings" not in str(e.value) and "max_stepz" in str(e.value)
+
+
+def test_a_context_the_model_cannot_hold_is_named_before_the_run_starts(tiny_model_dir, tmp_path, capsys):
+    # the tiny model holds 512 positions (rotary): 256 + 300 past it generates off its training, said at the start
+    extra = ["data.max_prompt_length=256", "rollout.max_completion_length=300", "eval.at_start=false",
+             "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "ctx", 1, extra)]) == 0
+    err = capsys.readouterr().err
+    assert "= 556 tokens exceeds the model's context length (512" in err and "rollwise: warning" in err

@@ -175,3 +175,53 @@ def test_run_round_cuts_a_carried_sample_already_at_its_cap_without_asking_vllm(
     assert (by_id[0].response_ids, by_id[0].finish_reason, by_id[0].versions) == ([9, 9, 9, 9], "length", [2] * 4)
     assert (by_id[1].response_ids, by_id[1].logprobs, by_id[1].versions) == ([7, 1], [-0.5, -0.25], [3, 3])
     assert eng.stats["sampled_tokens"] == 2
+
+
+def _fake_vllm_engine(monkeypatch, llm_engine, eos=(1,)):
+    """A VLLMEngine whose vLLM is faked: the protocol logic only (no model, no GPU)."""
+    import itertools
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from rollwise.engine.vllm import VLLMEngine
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    monkeypatch.setitem(sys.modules, "vllm.inputs", types.SimpleNamespace(TokensPrompt=lambda **kw: kw))
+    eng = object.__new__(VLLMEngine)
+    eng.llm, eng._ids, eng.generator = SimpleNamespace(llm_engine=llm_engine), itertools.count(), torch.Generator()
+    eng.eos, eng.top_p, eng.top_k, eng.version, eng.stats = list(eos), 1.0, 0, 0, {"sampled_tokens": 0}
+    return eng
+
+
+def test_an_eos_that_is_the_last_allowed_token_finishes_as_stop(monkeypatch):
+    """vLLM v1 checks the length cap before EOS: a response whose EOS is exactly its last allowed token
+    comes back with finish_reason "length" and the EOS in its tokens. The HF engines call it "stop", so
+    does this one; a response cut at the cap on another token stays "length"."""
+    from types import SimpleNamespace
+
+    class FakeEngine:  # every request ends at its max_tokens with the tokens given by its prompt's first id
+        def __init__(self):
+            self.live = {}
+
+        def add_request(self, key, prompt, params):
+            self.live[key] = (prompt["prompt_token_ids"], params["max_tokens"])
+
+        def step(self):
+            outs = []
+            for key, (prompt, n) in self.live.items():
+                toks = [7] * (n - 1) + [prompt[0]]
+                outs.append(SimpleNamespace(request_id=key, finished=True, outputs=[SimpleNamespace(
+                    token_ids=toks, logprobs=[{t: SimpleNamespace(logprob=-0.5)} for t in toks],
+                    finish_reason="length")]))
+            self.live.clear()
+            return outs
+
+        def abort_request(self, keys):
+            raise AssertionError("nothing is left to abort")
+
+    eng = _fake_vllm_engine(monkeypatch, FakeEngine(), eos=(1, 2))
+    outs = eng.generate([GenerationRequest([1, 5], 3), GenerationRequest([9, 5], 3), GenerationRequest([2, 5], 4),
+                         GenerationRequest([1, 5], 4, prefix_ids=[7], prefix_logprobs=[-1.0], prefix_versions=[0])])
+    assert [o.response_ids for o in outs] == [[7, 7, 1], [7, 7, 9], [7, 7, 7, 2], [7, 7, 7, 1]]
+    assert [o.finish_reason for o in outs] == ["stop", "length", "stop", "stop"]

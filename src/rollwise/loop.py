@@ -34,7 +34,7 @@ from rollwise.data import build_items, encode_prompts
 from rollwise.data.tasks import repeated_questions_note
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
-from rollwise.engine.factory import build_engine
+from rollwise.engine.factory import build_engine, check_context_length
 from rollwise.environment import record_environment, replace_text
 from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
@@ -339,6 +339,11 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             print(f"rollwise: warning: {note}", file=sys.stderr)
         path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
         tokenizer = load_tokenizer(path)
+        from transformers import AutoConfig
+
+        context = check_context_length(AutoConfig.from_pretrained(path), cfg)  # an error for learned positions
+        if context:
+            print(f"rollwise: warning: {context}", file=sys.stderr)
         train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
         ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
         if not ids_by_uid:

@@ -92,13 +92,16 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
-    topk: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    # per token of `tokens`; None when the row cannot have one per token (a resumed prefix came without its
+    # top-k): entry i must describe token i, so the row then records none and its output has none
+    topk: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default_factory=list)
 
     @classmethod
     def start(cls, req: GenerationRequest, eos: set[int]) -> _Row:
         _check_prefix(req)
+        topk = unpack_topk(req.prefix_topk)
         row = cls(req, list(req.prefix_ids), list(req.prefix_logprobs), list(req.prefix_versions),
-                  topk=unpack_topk(req.prefix_topk))
+                  topk=topk if len(topk) == len(req.prefix_ids) else None)
         row.check(eos)
         return row
 
@@ -115,11 +118,11 @@ class _Row:
     def output(self) -> GenerationOutput:
         assert self.finish is not None
         return GenerationOutput(self.tokens, self.logprobs, self.versions, self.finish, self.req.request_id,
-                                pack_topk(self.topk))
+                                pack_topk(self.topk) if self.topk is not None else [])
 
     def resumable(self) -> GenerationRequest:
         return replace(self.req, prefix_ids=list(self.tokens), prefix_logprobs=list(self.logprobs),
-                       prefix_versions=list(self.versions), prefix_topk=list(self.topk))
+                       prefix_versions=list(self.versions), prefix_topk=list(self.topk or []))
 
 
 def pack_topk(topk: Any) -> Any:
@@ -591,7 +594,8 @@ class ContinuousEngine(HFEngine):
             tp, ti = logprobs_full.topk(min(self.record_topk, logits.shape[-1]), dim=-1)  # [n, K]
             tp = tp.exp().to(torch.float16)
             for r, i, p in zip(rows, ti.int(), tp):
-                r.topk.append((i, p))
+                if r.topk is not None:
+                    r.topk.append((i, p))
         for r, t, lp in zip(rows, nxt.tolist(), lps.tolist()):
             r.tokens.append(t)
             r.logprobs.append(lp)

@@ -237,6 +237,10 @@ class HFEngine:
     def _generate_batch(self, reqs: list[GenerationRequest], gen: torch.Generator) -> list[GenerationOutput]:
         if any(not r.prompt_ids for r in reqs):  # a fully masked row would generate from nothing
             raise ValueError("a generation request has an empty prompt; every prompt needs at least one token")
+        resumed = sum(1 for r in reqs if r.prefix_ids)
+        if resumed:  # this engine starts every response from its prompt: a prefix would be dropped silently
+            raise ValueError(f"{resumed} generation request(s) carry a partial response (prefix_ids) to continue; "
+                             "the hf engine cannot continue one (rollout.engine=continuous or vllm can)")
         B = len(reqs)
         plen = max(len(r.prompt_ids) for r in reqs)
         max_new = max(r.max_new_tokens for r in reqs)

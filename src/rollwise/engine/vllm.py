@@ -182,7 +182,10 @@ class VLLMEngine:
 
     def _output(self, r: GenerationRequest, out: Any) -> GenerationOutput:
         ids = list(out.token_ids)
-        reason = "stop" if out.finish_reason == "stop" else "length"
+        # vLLM checks the length cap before EOS: an EOS that is the last allowed token comes back as "length"
+        # with the EOS in the tokens; the HF engines call that "stop", and so does this one
+        tokens = list(r.prefix_ids) + ids
+        reason = "stop" if out.finish_reason == "stop" or (tokens and tokens[-1] in self.eos) else "length"
         return GenerationOutput(list(r.prefix_ids) + ids, list(r.prefix_logprobs) + self._sampled_logprobs(out),
                                 list(r.prefix_versions) + [self.version] * len(ids), reason, request_id=r.request_id)
 

@@ -195,7 +195,7 @@ def test_conversational_prompts_are_read_and_list_cells_are_refused(tmp_path: Pa
     assert "5 conversational prompts" in caplog.text and "last user message" in caplog.text
     listed = tmp_path / "listed.jsonl"
     listed.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": [str(i), "x"]}) + "\n" for i in range(5)))
-    with pytest.raises(ConfigError, match=r"row 0 of .*listed.jsonl' holds a list in column 'answer'"):
+    with pytest.raises(ConfigError, match=r"line 1 of .*listed.jsonl' holds a list in column 'answer'"):
         build_items(DataConfig(tasks=[TaskSpec(name="l", path=str(listed))]), seed=0)
 
 

@@ -168,17 +168,79 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     return name_or_path
 
 
+# Files a tokenizer is saved in (transformers reads one of these; a folder with none has no tokenizer).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model", "tekken.json")
+
+
+def _error_text(e: Exception, limit: int = 400) -> str:
+    """An exception's message on one line (transformers spreads its reasons over several)."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_tokenizer_files(path: str) -> None:
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelError(f"model folder '{path}' has no tokenizer: none of {', '.join(TOKENIZER_FILES)} is there; copy "
+                         "the tokenizer files of the model the weights came from into it (or save them with "
+                         "`AutoTokenizer.from_pretrained(ORIGINAL).save_pretrained(FOLDER)`)")
+
+
+def _tokenizer_hint(path: str) -> str:
+    """What to do after a failed tokenizer load: a hub id needs the network; a folder may lack its vocabulary."""
+    folder = Path(path)
+    if not folder.exists():
+        return " (hub ids need network access; use a local folder or smollm2-135m)"
+    vocab = [f for f in TOKENIZER_FILES if f != "tokenizer_config.json"]
+    if folder.is_dir() and not any((folder / f).is_file() for f in vocab):
+        return (f"; the folder holds none of {', '.join(vocab)} (a tokenizer's vocabulary): copy them from the model "
+                "the weights came from")
+    return ""
+
+
+def _model_eos_id(path: str) -> int | None:
+    """The model's own end-of-sequence id (generation_config.json, else config.json); None when it names none."""
+    from transformers import AutoConfig, GenerationConfig
+
+    for read in (GenerationConfig.from_pretrained, AutoConfig.from_pretrained):
+        try:
+            eos = getattr(read(path), "eos_token_id", None)
+        except Exception:  # noqa: BLE001 - a missing or unreadable file: try the next one
+            continue
+        eos = eos[0] if isinstance(eos, list) and eos else eos
+        if isinstance(eos, int):
+            return eos
+    return None
+
+
+def _set_pad_token(tok: Any, path: str) -> None:
+    """Pad with the tokenizer's eos token, else the model's eos token, else the unk token; a tokenizer
+    with none of them cannot pad a batch, which is an error now rather than mid-run."""
+    if tok.pad_token_id is not None:
+        return
+    eos_id = tok.eos_token_id if tok.eos_token_id is not None else _model_eos_id(path)
+    eos = tok.convert_ids_to_tokens(eos_id) if eos_id is not None and 0 <= eos_id < len(tok) else None
+    fallback = eos or tok.unk_token
+    if fallback is None:
+        raise ModelError(f"the tokenizer of '{path}' has no pad_token and no eos_token (nor an unk_token), and the "
+                         "model's generation_config.json and config.json name no eos_token_id: rollwise pads batches "
+                         "with one. Set pad_token or eos_token in the folder's tokenizer_config.json (e.g. "
+                         "`tok.pad_token = \"<|endoftext|>\"; tok.save_pretrained(FOLDER)`, using a token of its vocabulary)")
+    tok.pad_token = fallback
+
+
 def load_tokenizer(path: str) -> Any:
+    """The tokenizer of a model folder or hub id, with a pad token (see `_set_pad_token`)."""
     from transformers import AutoTokenizer
 
+    _check_tokenizer_files(path)
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
-        hint = "" if Path(path).exists() else " (hub ids need network access; use a local folder or smollm2-135m)"
-        raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {str(e).splitlines()[0]}{hint}"
-                         ) from None
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
+        raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {_error_text(e).rstrip('.')}"
+                         f"{_tokenizer_hint(path)}") from None
+    _set_pad_token(tok, path)
     return tok
 
 

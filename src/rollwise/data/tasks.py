@@ -12,8 +12,11 @@ from another, far-away seed (reasoning-gym seeds items with seed + index, so nea
 items). A generator whose question space is too small to supply enough distinct questions gives
 fewer items, with a warning.
 
-File tasks (`path` set): rows are read through `datasets`; rows with a missing or empty
-question or answer are skipped (counted in a warning). Valid rows are shuffled by seed; the
+File tasks (`path` set): JSON and CSV cells are read as the text written in the file (a gold answer
+"007", "1.50" or 9007199254740993 stays as written, never rounded through a float); Parquet through
+pyarrow, its typed cells turned into text. A file with no rows is an error; messages name a row by
+its place in the file ("line 3"). Rows with a missing or empty question or answer are skipped
+(counted in a warning). Valid rows are shuffled by seed; the
 last ones go to eval (this task's share of `eval_size`, at most 20% of the rows), the first
 ones to training (its share of `train_size`, at most what is left: rows are never repeated).
 Training rows whose question is held out are dropped. A prompt cell may be a conversation (a
@@ -26,7 +29,8 @@ expression in their question (0.1.25: with allow_parentheses=false it ignores op
 item's expression is evaluated exactly (`arithmetic_truth`); items whose gold answer differs are
 left out, counted in a warning.
 
-uids: "<task>:<split>:<index>" (reasoning-gym index, or row number in the file); a task name
+uids: "<task>:<split>:<index>" (reasoning-gym index, or the row's number in the file from 0, blank lines
+and a CSV header not counted); a task name
 used twice gets "#2", "#3" in the uid. Train items are shuffled by seed; eval keeps task order.
 """
 
@@ -36,6 +40,7 @@ import ast
 import dataclasses
 import difflib
 import hashlib
+import json
 import logging
 import math
 import operator
@@ -261,6 +266,8 @@ def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> l
 
 
 def _cell(value: Any) -> str | None:
+    """A cell as text, None when missing or blank. JSON and CSV cells arrive as the text written in the file;
+    a Parquet float that holds a whole number is written without its ".0"."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, float) and value.is_integer():
@@ -269,42 +276,140 @@ def _cell(value: Any) -> str | None:
     return text or None
 
 
+_Records = list[tuple[str, dict[str, Any]]]  # (where the row is in the file, its cells), in file order
+
+
+def _unreadable(task: TaskSpec, path: Path, why: str) -> ConfigError:
+    return ConfigError(f"data.tasks['{task.name}']: could not read '{path}' as {path.suffix} ({why[:300]}); fix the "
+                       f"file ({_FORMAT_HINT[path.suffix.lower()]}) or convert it")
+
+
+def _no_rows(task: TaskSpec, path: Path, what: str) -> ConfigError:
+    return ConfigError(f"data.tasks['{task.name}']: '{path}' holds no rows ({what}); add one row per item "
+                       f"({_FORMAT_HINT[path.suffix.lower()]}), or point data.tasks[...].path at the file that has them")
+
+
+def _json(task: TaskSpec, path: Path, text: str, line: int | None) -> Any:
+    """One JSON value; numbers stay the text written in the file ("1.50", "9007199254740993"), so a gold
+    answer is never rounded through a float. `line`: the file line `text` is, None for the whole file."""
+    try:
+        return json.loads(text, parse_int=str, parse_float=str)
+    except json.JSONDecodeError as e:
+        at = f"line {line}, column {e.colno}" if line else f"line {e.lineno}, column {e.colno}"
+        raise _unreadable(task, path, f"not valid JSON at {at}: {e.msg}") from None
+    except RecursionError:
+        raise _unreadable(task, path, f"JSON nested too deeply{f' on line {line}' if line else ''}") from None
+
+
+def _json_columns(doc: dict[str, Any]) -> _Records | None:
+    """The rows of a JSON object of columns ({"prompt": [...], "answer": [...]}, or pandas' to_json, whose
+    columns map row numbers to cells); None when `doc` is not one."""
+    cols = list(doc.values())
+    numbered = all(isinstance(c, list) or (isinstance(c, dict) and all(k.isdigit() for k in c)) for c in cols)
+    if not cols or not numbered or len({len(c) for c in cols}) != 1:
+        return None
+    cells = {k: list(c.values()) if isinstance(c, dict) else c for k, c in doc.items()}
+    return [(f"row {i + 1}", {k: c[i] for k, c in cells.items()}) for i in range(len(cols[0]))]
+
+
+def _one_object(text: str) -> bool:
+    """Whether the whole file is one JSON object (written over one line or many)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+
+
+def _json_records(task: TaskSpec, path: Path) -> _Records:
+    """The objects of a JSON file: a list of objects, an object of columns, or one object per line (blank
+    lines skipped)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise _unreadable(task, path, f"not UTF-8 text: {e}") from None
+    whole = text.lstrip().startswith("[") or _one_object(text)
+    if whole:
+        doc = _json(task, path, text, None)
+        records = ([(f"item {i + 1} of the list", v) for i, v in enumerate(doc)] if isinstance(doc, list) else
+                   _json_columns(doc) or [("its one object", doc)])
+    else:
+        records = [(f"line {n}", _json(task, path, s, n)) for n, s in enumerate(text.splitlines(), 1) if s.strip()]
+    for place, value in records:
+        if not isinstance(value, dict):
+            raise _unreadable(task, path, f"{place} is {str(value)[:40]!r}, not a JSON object with a key per column")
+    return records
+
+
+def _csv_records(task: TaskSpec, path: Path) -> _Records:
+    """The rows of a CSV file, every cell read as the text written ("007", "1.50" and 18-digit numbers kept)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise _no_rows(task, path, "the file is empty, not even a header row") from None
+    except (UnicodeDecodeError, ValueError) as e:  # pandas' ParserError is a ValueError; it names the line
+        raise _unreadable(task, path, f"{type(e).__name__}: {e}") from None
+    if df.empty:
+        raise _no_rows(task, path, f"only the header row: {', '.join(map(str, df.columns))}")
+    return [(f"row {i + 1} below the header", r) for i, r in enumerate(df.to_dict("records"))]
+
+
+def _parquet_records(task: TaskSpec, path: Path) -> _Records:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowException as e:
+        raise _unreadable(task, path, f"{type(e).__name__}: {e}") from None
+    if table.num_rows == 0:
+        raise _no_rows(task, path, f"a table with the columns {', '.join(table.column_names)} and no rows")
+    return [(f"row {i + 1}", r) for i, r in enumerate(table.to_pylist())]
+
+
+def _read_records(task: TaskSpec, path: Path) -> tuple[list[str], _Records]:
+    """(column names, rows) of a file task's file."""
+    if path.stat().st_size == 0:
+        raise _no_rows(task, path, "the file is empty")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        records = _csv_records(task, path)
+    elif suffix == ".parquet":
+        records = _parquet_records(task, path)
+    else:
+        records = _json_records(task, path)
+        if not records:
+            raise _no_rows(task, path, "the file holds only blank lines or an empty list")
+    return list(dict.fromkeys(k for _, r in records for k in r)), records
+
+
 def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
-    """(row number, question, answer) of the valid rows of a file task."""
+    """(row number, question, answer) of the valid rows of a file task; the row number counts the file's
+    rows from 0 (blank lines and a CSV header not counted)."""
     path = Path(task.path or "")
-    fmt = _FORMATS.get(path.suffix.lower())
-    if fmt is None:
+    if path.suffix.lower() not in _FORMATS:
         raise ConfigError(f"data.tasks['{task.name}']: '{path}' must end in {', '.join(_FORMATS)}")
     if not path.is_file():
         raise FileNotFoundError(f"data.tasks['{task.name}']: file '{path}' not found (looked for it from {Path.cwd()}); "
                                 "check data.tasks[...].path")
-    from datasets import load_dataset
-
-    extra = {"keep_default_na": False} if fmt == "csv" else {}
-    try:
-        ds = load_dataset(fmt, data_files=str(path), split="train", **extra)
-    except OSError:  # a full disk (datasets writes a cache) is not a malformed file
-        raise
-    except Exception as e:  # datasets wraps parser errors in its own types; the cause names the line
-        cause = e.__cause__ or e.__context__ or e
-        raise ConfigError(f"data.tasks['{task.name}']: could not read '{path}' as {path.suffix} "
-                          f"({type(cause).__name__}: {str(cause)[:300]}); fix the file ({_FORMAT_HINT[path.suffix.lower()]}) "
-                          "or convert it") from None
+    columns, records = _read_records(task, path)
     for col, key in ((task.prompt_column, "prompt_column"), (task.answer_column, "answer_column")):
-        if col not in ds.column_names:
+        if col not in columns:
             raise ConfigError(
                 f"data.tasks['{task.name}']: {key} '{col}' is not a column of '{path}'; "
-                f"columns present: {', '.join(ds.column_names)}"
+                f"columns present: {', '.join(columns)}"
             )
     rows, skipped, dropped_turns = [], 0, 0
-    for i, (q, a) in enumerate(zip(ds[task.prompt_column], ds[task.answer_column])):
+    for i, (place, record) in enumerate(records):
+        q, a = record.get(task.prompt_column), record.get(task.answer_column)
         if isinstance(q, list) and q and all(isinstance(m, dict) and "content" in m for m in q):
             users = [m for m in q if m.get("role") == "user"]  # a conversational prompt (TRL's format)
             dropped_turns += len(q) > 1
             q = users[-1]["content"] if users else None
         for value, col in ((q, task.prompt_column), (a, task.answer_column)):
             if isinstance(value, (list, dict)):
-                raise ConfigError(f"data.tasks['{task.name}']: row {i} of '{path}' holds a {type(value).__name__} in "
+                raise ConfigError(f"data.tasks['{task.name}']: {place} of '{path}' holds a {type(value).__name__} in "
                                   f"column '{col}' ({str(value)[:80]}); a question and a gold answer are text (a "
                                   "prompt may also be a list of {role, content} messages): convert the column")
         question, answer = _cell(q), _cell(a)

@@ -39,6 +39,11 @@ def trl_style(completions, **kwargs):
 def with_defaults(completion, item=None, *, scale=1.0):
     return scale
 
+def broken(completion, item):
+    if completion == "ok":
+        return 1.0
+    raise ValueError("no such key")
+
 def flaky(completion, item):
     if completion == "boom":
         raise RuntimeError("kaboom")
@@ -289,6 +294,21 @@ def test_weighted_sum_with_builtin_and_user_functions(user_module: str) -> None:
         with pytest.raises(ValueError, match="2 completions but 1 items"):
             runner.score(["a", "b"], [item("1")])
     runner.close()  # closing twice is fine
+
+
+def test_a_function_that_fails_on_every_call_stops_the_run(user_module: str, capsys) -> None:
+    from rollwise.errors import RewardWorkerError
+    from rollwise.rewards.runner import FAILING_IN_A_ROW
+
+    cfg = RewardConfig(functions=[{"name": f"{user_module}:broken", "weight": 1.0}])
+    with RewardRunner(cfg) as runner:
+        n = FAILING_IN_A_ROW - 1
+        assert runner.score(["x"] * n, [item("1")] * n).errors == n  # unlucky so far: counted, scored 0
+        assert runner.score(["ok"], [item("1")]).rewards == [1.0]  # a success starts the count again
+        runner.score(["x"] * n, [item("1")] * n)
+        with pytest.raises(RewardWorkerError, match=rf"broken failed on {FAILING_IN_A_ROW} calls in a row \(the last: "
+                                                    r".*ValueError: no such key\).*--resume"):
+            runner.score(["x"], [item("1")])
 
 
 def test_failures_score_zero_are_counted_and_do_not_stop_the_batch(user_module: str, capsys) -> None:

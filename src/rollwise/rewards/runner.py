@@ -28,6 +28,9 @@ from rollwise.errors import RewardWorkerError
 from rollwise.types import PromptItem
 
 MAX_MESSAGES = 5
+# a function that fails (raises, hangs, returns no number) on this many calls in a row is broken, not unlucky:
+# the run stops (its last checkpoint stays) instead of training on its zeros to the end
+FAILING_IN_A_ROW = 64
 STARTUP_TIMEOUT = 120.0  # seconds for the worker to import its functions (not a reward call)
 
 
@@ -174,6 +177,7 @@ class RewardRunner:
             _resolve_in_time(name)  # fail fast: ConfigError naming the function
         self.restarts = 0
         self._told: set[tuple[str, str]] = set()  # (function, kind) already shown on stderr
+        self._failing: dict[str, tuple[int, str]] = {}  # function -> (calls failed in a row, the last message)
         self._started = False  # whether a worker has started once (a later failure to start is not the config's)
         self._lock = threading.Lock()
         self._proc: Any = None
@@ -257,10 +261,20 @@ class RewardRunner:
         """Count a failed call in `result`; the first failure of each kind of each function is also
         shown on stderr, whatever the progress display (a run otherwise trains on its zeros)."""
         result._note(kind, f"sample {sample}: {message}")
+        self._failing[name] = (self._failing.get(name, (0, ""))[0] + 1, message)
         if (name, kind) not in self._told:
             self._told.add((name, kind))
             print(f"rollwise: warning: reward function {message}; the call scored 0 and the run goes on. Later "
                   f"{kind} of {name} are only counted (metric reward/{kind})", file=sys.stderr, flush=True)
+
+    def _stop_if_broken(self) -> None:
+        broken = [(name, last) for name, (n, last) in self._failing.items() if n >= FAILING_IN_A_ROW]
+        if broken:
+            name, last = broken[0]
+            raise RewardWorkerError(
+                f"reward function {name} failed on {self._failing[name][0]} calls in a row (the last: {last}); a run "
+                "would train on its zeros. Fix the function (or drop it from reward.functions), then continue from the "
+                "last checkpoint with `rollwise train --resume RUN_DIR`")
 
     def _score(self, completions: list[str], items: list[PromptItem]) -> RewardResult:
         if len(completions) != len(items):
@@ -302,10 +316,13 @@ class RewardRunner:
                     values[pos // nf][pos % nf] = score
                     if status != "ok":
                         self._note(result, status, self.names[pos % nf], message, pos // nf)
+                    else:
+                        self._failing.pop(self.names[pos % nf], None)
                     pos += 1
         except BaseException:
             self._kill()  # the worker is mid-batch; never reuse it
             raise
+        self._stop_if_broken()
         for row in values:
             result.parts.append(dict(zip(self.keys, row)))
             result.rewards.append(sum(w * v for w, v in zip(self.weights, row)))

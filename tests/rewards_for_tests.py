@@ -30,3 +30,8 @@ def has_digit(completion: str, item) -> float:
     """1 when the answer holds a digit, else 0: a right-or-wrong reward that an untrained tiny model earns
     about half the time, so some groups are all right or all wrong and others mixed."""
     return float(any(c.isdigit() for c in completion))
+
+
+def always_raises(completion: str, item) -> float:
+    """A broken reward function: the run must stop rather than train on its zeros."""
+    raise KeyError("answer_key")

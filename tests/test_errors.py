@@ -294,3 +294,12 @@ def test_a_context_the_model_cannot_hold_is_named_before_the_run_starts(tiny_mod
     assert main(["train", *_args(tiny_model_dir, tmp_path, "ctx", 1, extra)]) == 0
     err = capsys.readouterr().err
     assert "= 556 tokens exceeds the model's context length (512" in err and "rollwise: warning" in err
+
+
+def test_a_reward_function_that_always_fails_stops_the_run_and_keeps_its_checkpoint(tiny_model_dir, tmp_path, capsys):
+    extra = ["reward.functions=[{name: 'rewards_for_tests:always_raises'}]", "eval.at_start=false",
+             "eval.at_end=false", "planner.strategy=uniform"]  # 16 calls a step: the 64th in step 4
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "broken", 6, extra)]) == 2
+    err = capsys.readouterr().err
+    assert "always_raises failed on 64 calls in a row" in err and "KeyError" in err and "Traceback" not in err
+    assert (tmp_path / "broken" / "checkpoints" / "step_000002").is_dir()

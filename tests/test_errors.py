@@ -65,6 +65,7 @@ def test_a_fresh_start_replaces_the_metrics_of_an_earlier_start_without_checkpoi
     assert main(["train", "--resume", str(run)]) == 2  # nothing to resume: the message gives the command that starts it
     err = capsys.readouterr().err
     assert f"rollwise train {run / 'config.yaml'} run.name=again run.output_dir={tmp_path}" in err
+    assert "Loading weights" not in err  # said before the model is loaded
     assert main(["train", str(run / "config.yaml"), "run.name=again", f"run.output_dir={tmp_path}"]) == 0
     err = capsys.readouterr().err
     assert "earlier start that wrote no checkpoint" in err and "best_earlier_start" in err

@@ -113,3 +113,9 @@ def test_a_damaged_config_yaml_is_said_once_by_report(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("config.yaml is unreadable") == 1 and "not shown" in err
     assert run_config(tmp_path / "nowhere") == {} and not capsys.readouterr().err  # no file: nothing to say
+
+
+def test_export_under_a_file_names_the_file(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    assert main(["export", str(tmp_path), str(tmp_path / "notes.txt" / "out")]) == 2  # was "[Errno 17] File exists"
+    assert f"{tmp_path / 'notes.txt'} is a file, so OUT_DIR" in capsys.readouterr().err

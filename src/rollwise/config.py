@@ -162,8 +162,11 @@ class RolloutConfig(_Section):
     num_generations: int = Field(8, gt=0, description="Samples per prompt (the group size, TRL's name).")
     max_completion_length: int = Field(48, gt=0, description="Maximum new tokens per sample.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling threshold.")
-    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off).")
+    top_p: float = Field(1.0, gt=0, le=1.0, description="Nucleus sampling threshold. Tokens are drawn from the "
+                         "truncated distribution; the hf and continuous engines record (and the trainer computes) "
+                         "log-probs of the full one, vLLM of the truncated one, and no off-policy correction "
+                         "accounts for the truncation.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling (0 = off); log-probs as for top_p.")
     batch_size: int = Field(64, gt=0, description="Sequences generated together in one batch (hf engine); "
                             "the most prompts prefilled in one forward (continuous engine).")
     engine: Literal["hf", "continuous", "vllm"] = Field(

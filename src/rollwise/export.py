@@ -45,6 +45,9 @@ def run_export_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out} exists and is not an empty folder; choose a new OUT_DIR")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise FileExistsError(f"{above} is a file, so OUT_DIR {out} cannot be made under it; choose a new OUT_DIR")
     target = Path(args.target)
     if not target.exists():
         raise FileNotFoundError(f"'{args.target}' not found: give a run folder (runs/<name>) or a checkpoint folder")

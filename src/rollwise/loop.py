@@ -319,6 +319,10 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     warn_idle_gpu(cfg)
     warn_unused_settings(cfg)
     run_dir, cfg = prepare_run_dir(cfg, resume, create=False)
+    if resume and latest_checkpoint(run_dir) is None:  # said before the model loads
+        raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped "
+                                "before its first one; run.save_every sets how often they are written): start it "
+                                f"again with {start_again_command(run_dir)}")
     if cfg.model.device == "cuda" and cfg.distributed.backend == "local" and not torch.cuda.is_available():
         raise ModelError(NO_CUDA)  # before any folder is made (Ray's trainer actor may hold the GPU instead)
 
@@ -365,10 +369,6 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
     ckpt = latest_checkpoint(run_dir) if resume else None
-    if resume and ckpt is None:
-        raise FileNotFoundError(f"--resume {run_dir}: no checkpoint in {run_dir / 'checkpoints'} (the run stopped "
-                                "before its first one; run.save_every sets how often they are written): start it "
-                                f"again with {start_again_command(run_dir)}")
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
     for key in set(changes or ()) & set(START_ONLY) if ckpt is not None else ():

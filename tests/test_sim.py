@@ -588,6 +588,11 @@ def test_simulate_names_flags_and_row_fields_that_change_nothing() -> None:
     fine = parsed("--strategies", "uniform", "mopps:seed=3", "adaptive:stratify=false", "adaptive:length_prior=true",
                   "--tasks", "3", "--transfer", "0.2", "--feature-r2", "0.5")
     assert idle_settings(fine, prepare(fine)[0]) == []
+    # --overlap changes only a row that asks for follow-ups group by group (ar3po, adaptive)
+    rounds = parsed("--strategies", "uniform", "dapo", "knapsack", "--overlap")
+    assert [line.split(" has no effect")[0] for line in idle_settings(rounds, prepare(rounds)[0])] == ["--overlap"]
+    staged = parsed("--strategies", "uniform", "ar3po", "--overlap")
+    assert idle_settings(staged, prepare(staged)[0]) == []
     with pytest.raises(ValueError, match="estimator=oracle replaces the estimator, so posterior_decay"):
         prepare(parsed("--strategies", "uniform", "adaptive:estimator=oracle:posterior_decay=0.5"))
     with pytest.raises(ValueError, match="--difficulty-sd 0 leaves none"):

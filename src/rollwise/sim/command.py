@@ -23,7 +23,7 @@ import numpy as np
 import yaml
 
 from rollwise.config import ConfigError, PlannerConfig, _planner_draws, build_config
-from rollwise.planner import STRATEGIES
+from rollwise.planner import STRATEGIES, build_planner
 from rollwise.planner.strategies import PART_OPTIONS, belief_unread
 from rollwise.sim.fit import (
     LR_CRITICAL,
@@ -234,12 +234,15 @@ def idle_settings(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]
         out.append(f"--task-sd {args.task_sd:g} has no effect: it is the spread of the tasks' difficulty; give --tasks")
     if args.feature_r2 and not any(over.get("length_prior") for _, over in rows):
         out.append(f"--feature-r2 {args.feature_r2:g} has no effect: only a row with length_prior=true reads the feature")
+    overlaps = False  # a row whose planner asks for follow-ups group by group, which --overlap changes
     for text, (name, over) in zip(args.strategies, rows):
         planner, oracle = split_oracle(over)
         try:
             cfg = PlannerConfig(strategy=name, **planner)
+            built = build_planner(cfg, [f"u{i}" for i in range(8)], 4, args.num_generations, 64, 0)
         except Exception:  # noqa: BLE001 - the run says what is wrong with the row
             continue
+        overlaps |= built.streams and built.follows_up
         unread = belief_unread(cfg) if oracle is None else ""
         idle = [(unread.split(" shapes ")[0].removeprefix("planner."), "it shapes a belief no part of the planner "
                  "reads")] if unread else []
@@ -252,6 +255,9 @@ def idle_settings(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]
         if "success_threshold" in planner:
             idle.append(("success_threshold", "a simulated reward is 0 or 1, so every threshold in (0, 1] is the same"))
         out += [f"strategy '{text}': {key} has no effect ({why})" for key, why in idle]
+    if args.overlap and not overlaps:
+        out.insert(0, "--overlap has no effect: no strategy here asks for more samples group by group (uniform, mopps, "
+                      "vade, greso, knapsack and e3 roll out one round a step; dapo and dars decide from whole rounds)")
     return out
 
 

@@ -589,3 +589,20 @@ def test_the_reward_worker_starts_during_setup(tiny_model_dir, tmp_path, monkeyp
                                                                  score(self, *a))[1])
     assert main(["train", *_args(tiny_model_dir, tmp_path, "r", 1, ["eval.at_start=false", "eval.at_end=false"])]) == 0
     assert running and running[0]
+
+
+def test_the_periodic_evaluation_at_the_last_step_runs_without_the_final_one(tiny_model_dir, tmp_path, capsys):
+    extra = ["eval.at_start=false", "eval.at_end=false", "eval.every_n_steps=2"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "noend", 4, extra)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "noend" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "eval/accuracy" in r] == [2, 4]  # step 4's was folded into a final one never run
+
+
+def test_a_budget_that_ends_the_run_at_the_first_update_after_warm_up_warns(tiny_model_dir, tmp_path, capsys):
+    # the first update after warm-up runs at the full rate: 3 updates with warmup_steps=2 never decayed
+    extra = ["eval.at_start=false", "eval.at_end=false", "train.lr_scheduler=linear", "train.warmup_steps=2",
+             "train.max_rollout_tokens=300", "planner.strategy=uniform"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "wu", 10, extra)]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "wu" / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["train/lr"] for r in rows if "train/lr" in r]
+    assert len(lrs) == 3 and lrs[-1] == lrs[-2] and "never decayed the learning rate" in capsys.readouterr().err

@@ -689,3 +689,12 @@ def test_a_resume_that_changes_num_iterations_or_the_token_budget_keeps_the_sche
                           pad_id=0)
     again.load_state_dict(tr.state_dict())
     assert again._decay_from == pytest.approx(0.1)  # still 2000 tokens
+
+
+def test_advantage_abs_mean_is_over_trained_samples_not_replayed_anchors(tiny_model_dir):
+    # group a: three wrong and one replayed correct anchor: rewards 0,0,0,1 -> mean 1/4, std (unbiased) 1/2:
+    # advantages -0.5 (x3, trained) and 1.5 (the anchor); over trained samples the mean |A| is 0.5, not 0.75
+    samples = [Sample("a", 0, [5, 6], [7], [0.0], [0], "stop", reward=r) for r in (0.0, 0.0, 0.0, 1.0)]
+    samples[3].stop_gradient = True
+    tr = PolicyTrainer(load_config(None, ["model.dtype=float32"]), load_model(str(tiny_model_dir)), pad_id=0)
+    assert tr.compute_advantages(samples)["train/advantage_abs_mean"] == pytest.approx(0.5, abs=1e-3)

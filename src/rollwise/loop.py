@@ -770,7 +770,7 @@ def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
           f"train.max_rollout_tokens={t.max_rollout_tokens}); the run stops before train.max_steps={t.max_steps}",
           file=sys.stderr)
     updates = last_step * cfg.algo.num_iterations
-    if t.lr_scheduler != "constant" and updates <= t.warmup_steps:
+    if t.lr_scheduler != "constant" and updates <= t.warmup_steps + 1:  # the first update after warm-up is at full rate
         print(f"rollwise: warning: the rollout-token budget (train.max_rollout_tokens={t.max_rollout_tokens}) ended "
               f"the run after {updates} optimizer updates, within the warm-up of train.warmup_steps={t.warmup_steps}: "
               f"train.lr_scheduler={t.lr_scheduler} never decayed the learning rate; lower train.warmup_steps or "
@@ -829,9 +829,9 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
 
         # evaluation and checkpoints
         done = is_last_step(run, step + 1)
-        if is_eval_step(cfg, step + 1) and not done:
+        if is_eval_step(cfg, step + 1) and not (done and cfg.eval.at_end):  # at the last step the final one does
             progress.update(step + 1, {**metrics, **run_eval(run, step + 1)})
-            done = stopped_early(run, step + 1, progress)
+            done = stopped_early(run, step + 1, progress) or done
         if done or is_checkpoint_step(cfg, step + 1):
             save(run, step + 1, {"engine": engine.state_dict(), "executor": executor.state_dict()})
         if done:

@@ -237,7 +237,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                             "async/trainer_wait_s": waited, "async/max_staleness": float(eta)})
             metrics["time/step_s"] = time.perf_counter() - t0
             report_step(run, step + 1, produced, metrics, progress)
-            if is_eval_step(cfg, step + 1) and not done:
+            if is_eval_step(cfg, step + 1) and not (done and cfg.eval.at_end):  # at the last step the final one does
                 progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
                 if stopped_early(run, step + 1, progress):
                     done = checkpoint = True

@@ -194,7 +194,9 @@ class PolicyTrainer:
         zero_std = sum(
             1 for g in range(len(uids)) if torch.unique(rewards[groups == g]).numel() == 1
         )
-        return {"rollout/frac_zero_std_groups": zero_std / len(uids), "train/advantage_abs_mean": float(adv.abs().mean())}
+        trained = torch.tensor([not s.stop_gradient for s in samples])  # replayed anchors shape the statistics only
+        abs_mean = float(adv.abs()[trained].mean()) if bool(trained.any()) else 0.0
+        return {"rollout/frac_zero_std_groups": zero_std / len(uids), "train/advantage_abs_mean": abs_mean}
 
     # ------------------------------------------------------------------ update
     def _autocast(self):

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -544,3 +545,11 @@ def test_config_changes_name_each_changed_leaf_with_old_and_new():
     assert config_changes(new, new) == ({}, {})
     assert config_changes(new, old) == ({"train.max_steps": [4, 2], "reward.functions": [[{"name": "b"}], [{"name": "a"}]],
                                          "planner.strategy": ["dapo", None]}, {})
+
+
+def test_trl_names_point_to_their_rollwise_keys():
+    for override, key in (("learning_rate=1e-5", "train.learning_rate"), ("run.save_total_limit=2", "run.keep_checkpoints"),
+                          ("eval_steps=5", "eval.every_n_steps"), ("algo.importance_sampling_level=sequence",
+                                                                    "algo.policy_loss=gspo")):
+        with pytest.raises(ConfigError, match=rf"TRL's \w+ is {re.escape(key)}"):
+            load_config(None, [override])

@@ -606,3 +606,13 @@ def test_a_budget_that_ends_the_run_at_the_first_update_after_warm_up_warns(tiny
     rows = [json.loads(line) for line in (tmp_path / "wu" / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["train/lr"] for r in rows if "train/lr" in r]
     assert len(lrs) == 3 and lrs[-1] == lrs[-2] and "never decayed the learning rate" in capsys.readouterr().err
+
+
+def test_a_run_started_with_relative_paths_evaluates_from_another_folder(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tiny_model_dir.parent)
+    rel = ["model.name_or_path=" + tiny_model_dir.name, "eval.at_start=false", "eval.at_end=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "rel", 2, rel)]) == 0
+    saved = yaml.safe_load((tmp_path / "rel" / "config.yaml").read_text())
+    assert saved["model"]["name_or_path"] == str(tiny_model_dir.resolve())  # was "model", read from the cwd
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(tmp_path / "rel")]) == 0

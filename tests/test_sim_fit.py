@@ -287,8 +287,10 @@ def test_simulate_fit_sets_polarise_from_a_run_whose_spread_grew(tmp_path, capsy
     args = parser.parse_args(["simulate", "--fit", str(d), "--strategies", "uniform", "--seeds", "1", "--steps", "3",
                               "--eval-size", "16", "--out", str(out)])
     assert args.func(args) == 0
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "and the spread grew" in text and "--polarise-law add" in text
+    assert "--task-sd" not in captured.err  # one task: the fit sets no spread between tasks to warn of
     prm = json.loads((out / "results.json").read_text())["params"]
     assert prm["polarise_law"] == "add" and abs(prm["polarise"] - 0.5) < 0.15 and abs(prm["lr"] - 0.6) < 0.15
     given = parser.parse_args(["simulate", "--fit", str(d), "--polarise", "0.3", "--out", str(out), "--quiet"])

@@ -80,3 +80,33 @@ def test_the_summary_counts_a_step_logged_twice_once_and_survives_missing_keys(t
     assert s["eval accuracy (best)"] == "0.300 @ step 2"  # the superseded 0.9 is gone
     assert (s["rollouts generated"], s["rollout tokens"]) == (32, 200)  # step 3 logged no totals: the last ones
     assert s["median step time (s)"] == "15.0" and s["generation share of step time"] == "33%"  # 10/30, step 3 untimed
+
+
+def test_a_log_file_gets_plain_progress_lines_and_notes_without_the_bar(monkeypatch, capsys):
+    from rich.console import Console
+
+    import rollwise.ui as ui
+
+    monkeypatch.setattr(ui, "console", Console(stderr=True, force_terminal=False))  # stderr to a file: no redraws
+    clock = iter([0.0, 10.0, 40.0, 50.0, 60.0])
+    monkeypatch.setattr(ui.StepProgress, "clock", staticmethod(lambda: next(clock)))
+    bar = ui.StepProgress(total=3, start=0)
+    for step in (1, 2, 3):  # at 10 s: too soon; at 40 s: a line; at 50 s: the last step's line
+        bar.update(step, {"rollout/reward_mean": 0.25})
+    bar.close()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rollwise: step")]
+    assert [ln.split("  ")[0] for ln in lines] == ["rollwise: step 2/3", "rollwise: step 3/3"]
+    assert "reward 0.250" in lines[0] and "about 20 s left" in lines[0]
+    off = ui.StepProgress(total=3, start=0, enabled=False)  # run.progress=false: warnings are still said
+    off.note("step 1: reward errors=0 timeouts=2 nans=0 (scored 0)")
+    assert "rollwise: step 1: reward errors=0 timeouts=2" in capsys.readouterr().err
+
+
+def test_a_run_folder_with_brackets_keeps_its_name_in_the_summary(tmp_path, capsys):
+    from rollwise.ui import print_summary
+
+    run = tmp_path / "sweep[lr]"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "rollout/reward_mean": 0.5}\n')
+    print_summary(run)
+    assert "sweep[lr]" in capsys.readouterr().out.replace("\n", "")

@@ -890,6 +890,25 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(_model_at(loc[:-1]), "model_fields", {}).keys())
 
 
+# TRL's GRPOConfig names (and HF TrainingArguments') that rollwise spells otherwise: an unknown key that is one of
+# them is pointed to its rollwise key, wherever it was given
+TRL_NAMES = {
+    **{k: f"train.{k}" for k in ("learning_rate", "max_steps", "warmup_steps", "max_grad_norm", "weight_decay",
+                                 "gradient_checkpointing", "adam_beta1", "adam_beta2")},
+    **{k: f"algo.{k}" for k in ("beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards", "num_iterations",
+                                "mask_truncated_completions")},
+    **{k: f"rollout.{k}" for k in ("num_generations", "max_completion_length", "temperature", "top_p", "top_k")},
+    "lr_scheduler_type": "train.lr_scheduler", "per_device_train_batch_size": "train.micro_batch_size (samples a "
+    "forward/backward; a step trains rollout.prompts_per_step x num_generations)",
+    "gradient_accumulation_steps": "train.micro_batch_size (a step is one batch of rollout.prompts_per_step x "
+    "num_generations, split into micro-batches)", "max_prompt_length": "data.max_prompt_length",
+    "save_steps": "run.save_every", "save_total_limit": "run.keep_checkpoints", "eval_steps": "eval.every_n_steps",
+    "per_device_eval_batch_size": "eval.batch_size", "seed": "run.seed", "output_dir": "run.output_dir",
+    "run_name": "run.name", "use_vllm": "rollout.engine=vllm", "importance_sampling_level": "algo.policy_loss=gspo "
+    "(sequence-level ratios)", "reward_weights": "reward.functions' weight", "model_name_or_path": "model.name_or_path",
+}
+
+
 def _format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
@@ -899,6 +918,8 @@ def _format_errors(err: ValidationError) -> str:
             known = _fields_at(loc)
             close = difflib.get_close_matches(str(loc[-1]), known, n=1)
             hint = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?" if close else ""
+            if str(loc[-1]) in TRL_NAMES and not close:
+                hint = f" TRL's {loc[-1]} is {TRL_NAMES[str(loc[-1])]} here."
             lines.append(f"unknown config key '{key}'.{hint} Known keys here: {', '.join(known)}")
         elif e["type"] == "literal_error":
             allowed = e.get("ctx", {}).get("expected", "")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollwise.config import (
@@ -147,10 +148,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
                  tok, cfg.eval.max_completion_length or cfg.rollout.max_completion_length, cfg.eval.pass_k,
                  cfg.rollout.temperature, cfg.run.seed)
     runner.close()
-    table = Table(title=f"eval: {ckpt or cfg.model.name_or_path}")
+    table = Table(title=escape(f"eval: {ckpt or cfg.model.name_or_path}"))
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in m.items():
-        table.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+        table.add_row(k, str(int(v)) if k == "eval/items" else f"{v:.4f}" if isinstance(v, float) else escape(str(v)))
     Console().print(table)
     return 0

@@ -38,6 +38,7 @@ from rollwise.engine.factory import build_engine, check_context_length
 from rollwise.environment import record_environment, replace_text
 from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
+    BUILTIN_MODELS,
     ModelError,
     apply_lora,
     compute_dtype,
@@ -117,8 +118,32 @@ def warn_unused_settings(cfg: Config) -> None:
         print(f"rollwise: warning: {line}", file=sys.stderr)
 
 
+def _local(path: str) -> str:
+    p = Path(path).expanduser()
+    return str(p.resolve()) if p.exists() else path
+
+
+def absolute_paths(cfg: Config) -> Config:
+    """`cfg` with its local files and folders (the model, file tasks, reward files, prior counts) as absolute
+    paths, so that the run's config.yaml works from any folder (`rollwise eval`, `export`, `--resume`); built-in
+    model names, hub ids and importable modules stay as given."""
+    data = config_to_dict(cfg)
+    if cfg.model.name_or_path not in BUILTIN_MODELS:
+        data["model"]["name_or_path"] = _local(cfg.model.name_or_path)
+    for task in data["data"]["tasks"]:
+        if task.get("path"):
+            task["path"] = _local(task["path"])
+    for fn in data["reward"]["functions"]:
+        file, sep, name = fn["name"].rpartition(":")
+        if sep and file.endswith(".py"):
+            fn["name"] = f"{_local(file)}:{name}"
+    if cfg.planner.prior_counts:
+        data["planner"]["prior_counts"] = _local(cfg.planner.prior_counts)
+    return build_config(data)
+
+
 def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tuple[Path, Config]:
-    """The run's folder (checked; with `create`, made and its config.yaml written)."""
+    """The run's folder (checked; with `create`, made and its config.yaml written, local paths made absolute)."""
     if resume:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -135,6 +160,7 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
         return run_dir, cfg
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_run_dir(run_dir)
+    cfg = absolute_paths(cfg)
     write_config(run_dir, cfg)
     return run_dir, cfg
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -16,8 +18,18 @@ console = Console(stderr=True)
 
 
 class StepProgress:
+    """A progress bar on a terminal; where stderr is a file (nohup, a cluster's job log), which a bar does not
+    redraw to, a plain line every LOG_EVERY_S seconds and at the last step instead."""
+
+    LOG_EVERY_S = 30.0
+    clock = staticmethod(time.monotonic)
+
     def __init__(self, total: int, start: int, enabled: bool = True):
         self.enabled = enabled
+        self.total = total
+        self.plain = enabled and not console.is_terminal
+        self.t0 = self.last_line = self.clock()
+        self.start = start
         self.progress = Progress(
             TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -33,10 +45,18 @@ class StepProgress:
         if "eval/accuracy" in m:
             info += f"  eval {m['eval/accuracy']:.3f}"
         self.progress.update(self.task, completed=step, info=info)
+        now = self.clock()
+        if self.plain and (now - self.last_line >= self.LOG_EVERY_S or step >= self.total):
+            self.last_line = now
+            per_step = (now - self.t0) / max(step - self.start, 1)
+            print(f"rollwise: step {step}/{self.total}  {info}  {now - self.t0:.0f} s, about "
+                  f"{per_step * (self.total - step):.0f} s left", file=sys.stderr, flush=True)
 
     def note(self, text: str) -> None:
         if self.enabled:
-            self.progress.console.print(f"[yellow]{text}")
+            self.progress.console.print(text, style="yellow", markup=False)
+        else:  # the bar is off (run.progress=false): a warning is still said
+            print(f"rollwise: {text}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.enabled:
@@ -197,10 +217,10 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
     saved = read_best(run_dir)
     if saved:
         summary["best weights (eval.save_best)"] = f"{best_dir(run_dir)} (step {saved['step']})"
-    table = Table(title=title or f"rollwise run {run_dir}")
+    table = Table(title=escape(title or f"rollwise run {run_dir}"))  # a path "sweep[lr]" is no markup
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in summary.items():
-        table.add_row(k, str(v))
+        table.add_row(escape(k), escape(str(v)))
     Console().print(table)
     return summary

@@ -426,7 +426,7 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
         args.lr_fitted = True
     args.skill0, args.difficulty_sd, args.unsolvable = round(fit.skill0, 3), round(fit.difficulty_sd, 3), round(fit.unsolvable, 4)
     args.tasks = len(fit.tasks) if len(fit.tasks) > 1 else 0
-    args.task_sd = round(fit.task_sd, 3)
+    args.task_sd = round(fit.task_sd, 3) if args.tasks else SimParams().task_sd  # one task: no spread to set (or warn of)
     if args.tasks and args.task_sd >= args.difficulty_sd:  # the world needs some spread within tasks
         args.difficulty_sd = round(args.task_sd + 0.01, 3)
     return fit, visits

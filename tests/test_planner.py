@@ -538,6 +538,12 @@ def test_knapsack_under_a_token_budget_does_not_fail_where_rounded_costs_just_mi
     assert sorted(out) == [0, 2, 2, 2, 2] and sum(n * 109 for n in out) <= 1100, out
 
 
+def test_a_rollout_budget_below_one_group_is_said_once() -> None:
+    pl = make("uniform", pps=2, n=8, budget_rollouts=4)
+    notes = [run_step(pl, lambda u, r, k: 0.0)[1].notes for _ in range(2)]
+    assert ["below one group of 8" in x for x in notes[0]] == [True] and notes[1] == []
+
+
 def test_a_token_budget_below_one_group_is_said_once() -> None:
     pl = make("uniform", pps=2, n=4, budget_tokens=100)
     for step in range(3):
@@ -709,6 +715,29 @@ def test_screen_stops_agreeing_probes_and_keeps_the_budget() -> None:
     # a's probe is all correct on a prompt believed hopeless (a surprise): topped up
     assert ("a", 2) in rounds[1]
     assert all(u != "c" and u != "d" for rr in rounds[1:] for u, _ in rr)
+
+
+def test_a_probe_whose_rewards_differ_without_a_success_is_topped_up() -> None:
+    # a (believed hopeless) answers 0 and 0.2: no success, but a gradient (a continuous reward's only signal)
+    rounds, _ = run_step(screen_planner(100), lambda u, r, k: {"a": 0.2 * k, "b": float(k % 2), "c": 1.0, "d": 0.0}[u])
+    assert ("a", 2) in rounds[1], rounds
+
+
+def test_top_ups_the_budget_refused_count_in_the_cost_that_sizes_the_next_step() -> None:
+    """After a run of agreeing probes the cost per prompt falls to the probe's size; a step then starts so many
+    prompts that their probes take the whole budget. Counting only what was requested kept the cost there, step
+    after step, and surprising probes were trained as 2-sample groups."""
+    uids = [f"p{i}" for i in range(400)]
+    pl = make("uniform", uids=uids, pps=8, n=8, estimator="beta", allocator="screen", budget_rollouts=64)
+    for u in uids:
+        pl.estimator.update(pl.index[u], 0, 16)  # believed hopeless: every prompt gets a probe of 2
+    pl.allocator.cost_per_prompt = 2.2
+    topped = []
+    for _ in range(4):  # now each probe finds a correct answer: every one is a surprise
+        rounds, _ = run_step(pl, lambda u, r, k: float(k == 0))
+        topped.append(len(rounds[1]) if len(rounds) > 1 else 0)
+    assert len(pl.begin_step(4)) <= 16  # the selector now plans for full groups (was 29 probes of 2, step after step)
+    assert topped[0] == 1 and topped[-1] >= 3, topped
 
 
 def test_screen_stratify_rollouts_caps_each_tasks_growth_at_its_share() -> None:
@@ -1327,3 +1356,14 @@ def test_settings_a_resume_changes_are_in_effect_after_the_saved_state_loads() -
     for pl in (same, other):
         pl.load_state_dict(old.state_dict())
     assert same.rng.random() == old.rng.random() != other.rng.random()
+
+
+def test_a_next_step_follow_up_is_part_of_its_probes_visit() -> None:
+    pl = make("uniform", uids=["a"], pps=1, n=4, estimator="beta", allocator="screen", budget_rollouts=4,
+              screen_followup="next_step")
+    pl.estimator.update(0, 0, 40)  # believed hopeless: a probe of 2
+    _, out = run_step(pl, lambda u, r, k: float(k == 0))  # [1, 0]: trained, and a surprise carried to the next step
+    assert out.train == ["a"] and pl.allocator.pending == ["a"]
+    rounds, out = run_step(pl, lambda u, r, k: float(k == 0))
+    assert rounds[0] == [("a", 4)] and out.train == ["a"]
+    assert pl.trained_times["a"] == 1 and pl.metrics()["planner/revisit_share"] == 0.0

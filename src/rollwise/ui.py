@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 console = Console(stderr=True)
+active_run_dir: Path | None = None  # the folder of the run this process trains, once made (the Ctrl-C message)
 
 
 class StepProgress:

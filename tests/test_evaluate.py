@@ -91,3 +91,15 @@ def test_rollwise_eval_says_the_rollout_engine_settings_it_does_not_read(tiny_mo
     assert cfg.eval.batch_size == 4
     _target_config(str(tiny_model_dir), ["eval.batch_size=4"])
     assert "warning" not in capsys.readouterr().err
+    _target_config(str(tiny_model_dir), ["train.max_steps=99", "eval.every_n_steps=3", "eval.pass_k=2",
+                                         "rollout.temperature=0.5"])
+    err = capsys.readouterr().err
+    assert "train.max_steps, eval.every_n_steps has no effect here: it is a setting of training" in err, err
+
+
+def test_report_on_a_run_still_starting_says_so(tmp_path):
+    from rollwise.tracking import read_metrics
+
+    (tmp_path / "config.yaml").write_text("run: {}\n")
+    with pytest.raises(FileNotFoundError, match="has no metrics yet: the run is still starting"):
+        read_metrics(tmp_path)

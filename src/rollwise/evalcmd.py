@@ -26,6 +26,10 @@ from rollwise.config import (
 
 # rollout settings `rollwise eval` does not read: it always generates with an HFEngine of eval.batch_size
 _EVAL_UNREAD = ("rollout.engine", "rollout.batch_size", "rollout.num_slots")
+# settings of training alone: `rollwise eval` reads data, reward, model, eval.batch_size / max_completion_length /
+# pass_k, rollout's sampling settings, run.seed and run.torch_threads
+_TRAINING_ONLY = ("train.", "algo.", "planner.", "distributed.", "run.progress", "run.save_every", "run.keep_checkpoints",
+                  "eval.every_n_steps", "eval.at_start", "eval.at_end", "eval.save_best", "eval.early_stopping")
 
 
 def _target_config(target: str | None, items: list[str], command: str = "eval") -> tuple[Config, Path | None]:
@@ -40,10 +44,15 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     if target and (target.endswith((".yaml", ".yml")) or "=" in target):
         config, overrides = _split_args([target, *items])
         target = None
-    unread = [k for k in leaves(parse_overrides(overrides)) if k in _EVAL_UNREAD] if command == "eval" else []
+    given = leaves(parse_overrides(overrides)) if command == "eval" else {}
+    unread = [k for k in given if k in _EVAL_UNREAD]
     if unread:
         print(f"rollwise: warning: {', '.join(unread)} has no effect here: `rollwise eval` generates with the hf "
               "engine, eval.batch_size sequences at a time (set eval.batch_size instead)", file=sys.stderr)
+    training = [k for k in given if k.startswith(_TRAINING_ONLY)]
+    if training:
+        print(f"rollwise: warning: {', '.join(training)} has no effect here: it is a setting of training, and "
+              "`rollwise eval` trains nothing", file=sys.stderr)
     ckpt = None
     if target:
         t = Path(target)

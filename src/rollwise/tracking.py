@@ -80,6 +80,9 @@ def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:
     """Every readable line of RUN_DIR/metrics.jsonl; with `warn`, says on stderr how many were not."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
+        if (Path(run_dir) / "config.yaml").is_file():  # a run still starting (loading the model) or stopped then
+            raise FileNotFoundError(f"{run_dir} has no metrics yet: the run is still starting, or it stopped before "
+                                    "its first line (its config.yaml is there)")
         raise FileNotFoundError(f"{path} not found: is '{run_dir}' a rollwise run folder?")
     rows, bad = _parse(path.read_text())
     if bad and warn:

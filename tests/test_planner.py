@@ -1367,3 +1367,19 @@ def test_a_next_step_follow_up_is_part_of_its_probes_visit() -> None:
     rounds, out = run_step(pl, lambda u, r, k: float(k == 0))
     assert rounds[0] == [("a", 4)] and out.train == ["a"]
     assert pl.trained_times["a"] == 1 and pl.metrics()["planner/revisit_share"] == 0.0
+
+
+def test_irt_level_does_not_move_the_full_clip_on_a_revisit_its_belief_predicted() -> None:
+    """A revisit that scores what its belief expected (0 of 8 on a prompt believed near 0) moved the level by the
+    full clip (-0.25), since the clipped ratio g/h ignored how little a small curvature says: biased toward the
+    likelier outcome. With the curvature's floor h0 = 1/(4 max_step^2) the step is linear in the outcome."""
+    e = IRTEstimator(2)
+    for _ in range(3):
+        e.update(0, 0, 8)  # believed near hopeless
+    e.after_step()
+    level = e.level
+    p = float(e.mean(np.array([0]))[0])
+    e.update(0, 0, 8)  # scores as believed
+    e.after_step()
+    g, h = -8 * p, 8 * p * (1 - p)
+    assert e.level - level == pytest.approx(g / (h + 4.0)) and abs(e.level - level) < 0.1

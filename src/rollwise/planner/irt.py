@@ -23,8 +23,11 @@ class IRTEstimator(Estimator):
     solved" cell (u = -inf). Each prompt keeps the log-likelihood of its rewards over the grid
     (multiplied by `decay` before each visit's term is added: MoPPS-style forgetting); its
     belief is that likelihood times the pool prior. After each step:
-    - L += clip(sum(s - n*p) / sum(n*p*(1-p)), +-max_step): a damped Newton step on revisited
-      prompts, so beliefs formed visits ago follow the progress made since;
+    - L += clip(sum(s - n*p) / (sum(n*p*(1-p)) + h0), +-max_step), h0 = 1/(4*max_step^2): a damped
+      Newton step on revisited prompts, so beliefs formed visits ago follow the progress made since.
+      h0 (not the clip alone) damps it: with little curvature (few revisits, or beliefs near 0 or 1)
+      the clipped ratio moved L by the full clip toward the likelier outcome even when the beliefs
+      were right (a revisit believed at 0.01 that scores 0/8: -0.25); the step is now linear in s;
     - the prior becomes the mean belief of the seen prompts (one EM step; empirical Bayes), so
       an unseen prompt looks like the pool and 0/8 on a hard pool means "probably hopeless".
 
@@ -126,7 +129,8 @@ class IRTEstimator(Estimator):
 
     def after_step(self) -> None:
         if self._h > 0:
-            self.level += float(np.clip(self._g / self._h, -self.max_step, self.max_step))
+            h0 = 1.0 / (4.0 * self.max_step**2)  # the step's noise sd is at most max_step
+            self.level += float(np.clip(self._g / (self._h + h0), -self.max_step, self.max_step))
         self._g = self._h = 0.0
         seen = np.flatnonzero(self.n_obs > 0)
         if len(seen):

@@ -154,6 +154,7 @@ def test_feed_adds_requests_to_the_running_round(setup):
     tok, model, prompts = setup
     reqs = [GenerationRequest(p, n, temperature=1.0, request_id=i) for i, (p, n) in enumerate(zip(prompts, LIMITS))]
     eng = _engine(tok, model, num_slots=3, batch_size=3)
+    eng.eos = set()  # every request runs to its cap: the follow-up's longer cap is then checked exactly
     seen: list[int] = []
 
     def feed(fin):
@@ -165,7 +166,7 @@ def test_feed_adds_requests_to_the_running_round(setup):
     assert not pending and sorted(o.request_id for o in done) == [*range(len(reqs)), 99]
     assert sorted(seen) == sorted(o.request_id for o in done)  # feed saw every finished output once
     out99 = next(o for o in done if o.request_id == 99)  # room was made for its longer cap
-    assert out99.finish_reason == "stop" or len(out99.response_ids) == 25
+    assert out99.finish_reason == "length" and len(out99.response_ids) == 25
     with pytest.raises(ValueError, match="request_id"):
         eng.run_round(reqs[:1], feed=lambda fin: [GenerationRequest(prompts[0], 3)] if fin else [])
 
@@ -330,6 +331,7 @@ def test_models_that_rescale_their_logits_get_the_same_logprobs_everywhere(setup
         o = outs[r.request_id]
         n = min(len(o.response_ids), len(want))
         new = torch.tensor(o.logprobs[3:n])
+        assert n > 3  # else the resumed path below would go unchecked
         if n > 3:  # the resumed tokens' log-probs under the same weights: the full forward's at those tokens
             ids = torch.tensor([r.prompt_ids + o.response_ids])
             with torch.no_grad():

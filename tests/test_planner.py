@@ -453,34 +453,33 @@ def test_a_carried_group_is_charged_once_and_not_counted_in_the_cost_per_prompt(
 @pytest.mark.parametrize("steps_out", [1, 2])
 def test_a_carried_probe_keeps_its_belief_so_a_surprise_is_topped_up_when_it_comes_back(followup, steps_out) -> None:
     # a is believed hopeless: probed with 2; the probe does not come back in step 0 (nor in step 1)
-    if True:
-        pl = screen_variant(100, screen_followup=followup)
-        reqs = pl.begin_step(0)
-        assert ("a", 2) in [(q.uid, q.n) for q in reqs]
-        pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "a"])
+    pl = screen_variant(100, screen_followup=followup)
+    reqs = pl.begin_step(0)
+    assert ("a", 2) in [(q.uid, q.n) for q in reqs]
+    pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs if q.uid != "a"])
+    pl.end_step()
+    for step in range(1, steps_out):  # still out
+        pl.in_flight = {"a"}
+        more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in pl.begin_step(step)])
+        while more:
+            more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
         pl.end_step()
-        for step in range(1, steps_out):  # still out
-            pl.in_flight = {"a"}
-            more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in pl.begin_step(step)])
-            while more:
-                more = pl.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
-            pl.end_step()
-        state = json.loads(json.dumps(pl.state_dict()))  # a checkpoint between the steps keeps it too
-        for p in (pl, screen_variant(100, screen_followup=followup)):
-            if p is not pl:
-                p.load_state_dict(state)
-            p.in_flight = {"a"}
-            reqs = p.begin_step(steps_out)
-            p.adopt([GroupResult("a", [1.0, 0.0], [10, 10])])  # a surprise: a correct answer
-            more = p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
-            if followup == "same_step":
-                assert ("a", 2) in [(q.uid, q.n) for q in more]  # topped up to a full group
-                p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
-                p.end_step()
-            else:
-                assert more == []
-                p.end_step()
-                assert "a" in p.allocator.pending  # rolled out in full next step
+    state = json.loads(json.dumps(pl.state_dict()))  # a checkpoint between the steps keeps it too
+    for p in (pl, screen_variant(100, screen_followup=followup)):
+        if p is not pl:
+            p.load_state_dict(state)
+        p.in_flight = {"a"}
+        reqs = p.begin_step(steps_out)
+        p.adopt([GroupResult("a", [1.0, 0.0], [10, 10])])  # a surprise: a correct answer
+        more = p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in reqs])
+        if followup == "same_step":
+            assert ("a", 2) in [(q.uid, q.n) for q in more]  # topped up to a full group
+            p.observe([GroupResult(q.uid, [0.0] * q.n, [10] * q.n) for q in more])
+            p.end_step()
+        else:
+            assert more == []
+            p.end_step()
+            assert "a" in p.allocator.pending  # rolled out in full next step
 
 
 def test_a_carried_group_is_scored_in_the_brier_score_against_the_prediction_of_the_step_it_started() -> None:

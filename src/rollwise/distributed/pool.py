@@ -11,6 +11,7 @@ the new incarnation and counts the restart; a death past the restarts is a Rollo
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -29,7 +30,7 @@ def require_ray() -> None:
 
     from rollwise.config import ConfigError
 
-    if importlib.util.find_spec("ray") is None:
+    if "ray" not in sys.modules and importlib.util.find_spec("ray") is None:  # imported already: there
         raise ConfigError(RAY_MISSING)
 
 

@@ -2,6 +2,7 @@
 what to do, with exit status 2, and lose nothing: each case as a user meets it."""
 
 import errno
+import sys
 
 import pytest
 import torch
@@ -311,6 +312,7 @@ def test_the_ray_backend_without_ray_installed_names_the_install(tiny_model_dir,
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.delitem(sys.modules, "ray", raising=False)  # an earlier test may have imported it
     assert main(["train", *_args(tiny_model_dir, tmp_path, "noray", 1, ["distributed.backend=ray"])]) == 2
     err = capsys.readouterr().err
     assert "needs Ray, which is not installed: pip install 'ray>=2.40'" in err and "Loading weights" not in err

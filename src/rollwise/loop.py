@@ -119,7 +119,9 @@ def warn_unused_settings(cfg: Config) -> None:
         print(f"rollwise: warning: {line}", file=sys.stderr)
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
+    """A local path as an absolute one (a run's config.yaml read from elsewhere, actors that start in another
+    folder); a hub id, a built-in name or a module unchanged."""
     p = Path(path).expanduser()
     return str(p.resolve()) if p.exists() else path
 
@@ -130,16 +132,16 @@ def absolute_paths(cfg: Config) -> Config:
     model names, hub ids and importable modules stay as given."""
     data = config_to_dict(cfg)
     if cfg.model.name_or_path not in BUILTIN_MODELS:
-        data["model"]["name_or_path"] = _local(cfg.model.name_or_path)
+        data["model"]["name_or_path"] = local_path(cfg.model.name_or_path)
     for task in data["data"]["tasks"]:
         if task.get("path"):
-            task["path"] = _local(task["path"])
+            task["path"] = local_path(task["path"])
     for fn in data["reward"]["functions"]:
         file, sep, name = fn["name"].rpartition(":")
         if sep and file.endswith(".py"):
-            fn["name"] = f"{_local(file)}:{name}"
+            fn["name"] = f"{local_path(file)}:{name}"
     if cfg.planner.prior_counts:
-        data["planner"]["prior_counts"] = _local(cfg.planner.prior_counts)
+        data["planner"]["prior_counts"] = local_path(cfg.planner.prior_counts)
     return build_config(data)
 
 

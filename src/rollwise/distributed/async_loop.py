@@ -25,7 +25,6 @@ import os
 import queue
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from rollwise.config import Config
@@ -45,6 +44,7 @@ from rollwise.loop import (
     is_checkpoint_step,
     is_eval_step,
     is_last_step,
+    local_path,
     loop_state,
     produce_batch,
     report_step,
@@ -144,17 +144,12 @@ def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
 
     actor = ray.remote(TrainerActor).options(num_cpus=cfg.run.torch_threads or 1,
                                              num_gpus=1 if cfg.model.device == "cuda" else 0)
-    handle = actor.remote(cfg, _absolute(run.model_path), run.tokenizer.pad_token_id, store, _absolute(str(run.run_dir)),
-                          _absolute(str(run.checkpoint)) if run.checkpoint else None,
+    handle = actor.remote(cfg, local_path(run.model_path), run.tokenizer.pad_token_id, store, local_path(str(run.run_dir)),
+                          local_path(str(run.checkpoint)) if run.checkpoint else None,
                           run.state["rng"] if run.state else None)
     what = "the trainer (a Ray actor: killed by the OS for memory?)"
     ray_get(lambda: ray.get(handle.ready.remote()), what)
     return handle, lambda method, *args: ray_get(lambda: ray.get(getattr(handle, method).remote(*args)), what)
-
-
-def _absolute(path: str) -> str:
-    """A local path as an absolute one (actors on a cluster start in another folder); a hub id unchanged."""
-    return str(Path(path).resolve()) if Path(path).exists() else path
 
 
 def _kill_actors(*handles: Any) -> None:
@@ -184,7 +179,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             store = LocalWeightStore(engine_dtype(cfg))
         learner, call = _make_learner(run, store)
         call("publish", run.start_step)
-        spec = WorkerSpec(cfg, _absolute(run.model_path), run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid,
+        spec = WorkerSpec(cfg, local_path(run.model_path), run.eos_ids, run.tokenizer.pad_token_id, run.ids_by_uid,
                           cfg.run.seed)
         pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
         if run.state is not None and "pool" in run.state["extra"]:

@@ -57,7 +57,7 @@ from rollwise.types import PromptItem
 log = logging.getLogger(__name__)
 
 MAX_FILE_EVAL_SHARE = 0.2
-_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_FORMATS = (".jsonl", ".json", ".parquet", ".csv")  # JSON and CSV read as text, Parquet through pyarrow
 _FORMAT_HINT = {".jsonl": "one JSON object per line", ".json": "a JSON list of objects, or one object per line",
                 ".csv": "a header row, then one row per item; quote cells that hold commas",
                 ".parquet": "a Parquet table"}

@@ -256,7 +256,10 @@ def load_model(path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module
 
 
 def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
+    """The model with LoRA adapters on `cfg.lora.target_modules`; a ModelError for a name no module has, or for
+    a layer whose weight is tied to the other embedding's."""
     from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
 
     lcfg = LoraConfig(
         r=cfg.lora.r,
@@ -265,20 +268,43 @@ def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
         target_modules=cfg.lora.target_modules,
         task_type="CAUSAL_LM",
     )
+    tied = {id(m) for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None} \
+        if getattr(model.config, "tie_word_embeddings", False) else set()
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
     try:
-        return get_peft_model(model, lcfg)
+        peft_model = get_peft_model(model, lcfg)
     except ValueError as e:
-        raise ModelError(f"model.lora.target_modules {cfg.lora.target_modules} do not match this model: {e}") from None
+        raise ModelError(f"model.lora.target_modules {cfg.lora.target_modules} do not match this model: "
+                         f"{_error_text(e, 200)}; its linear layers: {', '.join(linear)}") from None
+    adapted = [(n, m) for n, m in peft_model.get_base_model().named_modules() if isinstance(m, LoraLayer)]
+    missing = [t for t in cfg.lora.target_modules if not any(n == t or n.endswith("." + t) for n, _ in adapted)]
+    if missing:  # peft refuses only when no name matches: a misspelt one beside a good one went unadapted
+        raise ModelError(f"model.lora.target_modules names {', '.join(missing)}, which no module of this model "
+                         f"has; its linear layers: {', '.join(linear)}")
+    shared = [n for n, m in adapted if id(m.get_base_layer()) in tied]
+    if shared:  # the merged weight would change both sides of the tied pair, the adapter one side only
+        raise ModelError(f"model.lora.target_modules adapts {', '.join(shared)}, which shares its weight with the "
+                         "model's other embedding (tie_word_embeddings): the generation engine and `rollwise export` "
+                         "would run another model than the one trained. Adapt the attention and MLP layers instead")
+    return peft_model
 
 
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Full weights of the policy under the base model's parameter names (LoRA merged)."""
-    if hasattr(model, "peft_config"):
-        model.merge_adapter()
-        try:
-            base = model.get_base_model()
-            sd = {k.replace(".base_layer", ""): v.detach().clone() for k, v in base.state_dict().items() if "lora_" not in k}
-        finally:
-            model.unmerge_adapter()
-        return sd
-    return {k: v.detach() for k, v in model.state_dict().items()}
+    """Full weights of the policy under the base model's parameter names (LoRA merged). The adapted weights are
+    computed apart (base + delta): peft's merge_adapter() then unmerge_adapter() would leave (W + dW) - dW in the
+    frozen base, which is not W in floating point and drifts a little with every step's sync."""
+    if not hasattr(model, "peft_config"):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    sd = {k.replace(".base_layer", ""): v.detach() for k, v in base.state_dict().items() if "lora_" not in k}
+    with torch.no_grad():
+        for name, mod in base.named_modules():
+            if isinstance(mod, LoraLayer) and not mod.disable_adapters:
+                weight = mod.get_base_layer().weight.detach()
+                for adapter in mod.active_adapters:
+                    if adapter in mod.scaling:
+                        weight = weight + mod.get_delta_weight(adapter).to(weight.dtype)
+                sd[f"{name}.weight"] = weight
+    return sd

@@ -34,7 +34,7 @@ class LoraConfig(_Section):
     alpha: int = Field(32, gt=0, description="LoRA alpha (scaling = alpha / r).")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout. The update's forward passes draw their own "
                            "masks and the engine generates without it, so with algo.num_iterations > 1 the policy ratio "
-                           "carries dropout noise (0.46 nats a token at 0.1 on a tiny model).")
+                           "carries dropout noise.")
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
         description="Module names that receive adapters.",

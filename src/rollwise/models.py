@@ -168,6 +168,7 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     return name_or_path
 
 
+HUB_HINT = " (hub ids need network access; use a local folder or smollm2-135m)"
 # Files a tokenizer is saved in (transformers reads one of these; a folder with none has no tokenizer).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model", "tekken.json")
@@ -191,7 +192,7 @@ def _tokenizer_hint(path: str) -> str:
     """What to do after a failed tokenizer load: a hub id needs the network; a folder may lack its vocabulary."""
     folder = Path(path)
     if not folder.exists():
-        return " (hub ids need network access; use a local folder or smollm2-135m)"
+        return HUB_HINT
     vocab = [f for f in TOKENIZER_FILES if f != "tokenizer_config.json"]
     if folder.is_dir() and not any((folder / f).is_file() for f in vocab):
         return (f"; the folder holds none of {', '.join(vocab)} (a tokenizer's vocabulary): copy them from the model "
@@ -250,7 +251,7 @@ def load_model(path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except Exception as e:  # noqa: BLE001
-        hint = "" if Path(path).exists() else " (hub ids need network access; use a local folder or smollm2-135m)"
+        hint = "" if Path(path).exists() else HUB_HINT
         raise ModelError(f"could not load model '{path}': {type(e).__name__}: {str(e).splitlines()[0]}{hint}") from None
     return model
 

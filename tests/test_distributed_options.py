@@ -105,21 +105,11 @@ def test_worker_options_warn_where_they_do_nothing():
 
 
 def test_vllm_gets_its_memory_share_and_context_length(monkeypatch):
-    from rollwise.engine.factory import build_engine
+    from test_context_length import _vllm_args  # the engine's arguments, with a stand-in vLLM
 
-    got = {}
-    fake = types.ModuleType("rollwise.engine.vllm")
-
-    class VLLMEngine:
-        def __init__(self, *args):
-            got["args"] = args
-
-    fake.VLLMEngine = VLLMEngine
-    monkeypatch.setitem(sys.modules, "rollwise.engine.vllm", fake)
-    cfg = build_config({"rollout": {"engine": "vllm", "vllm_gpu_memory_utilization": 0.55,
-                                    "max_completion_length": 100}, "data": {"max_prompt_length": 60}})
-    build_engine(cfg, None, [2], 0, seed=3, model_path="some/model")
-    assert got["args"][-2:] == (0.55, 160)
+    cfg = {"rollout": {"engine": "vllm", "vllm_gpu_memory_utilization": 0.55, "max_completion_length": 100},
+           "data": {"max_prompt_length": 60}}
+    assert _vllm_args(monkeypatch, cfg)[-2:] == (0.55, 160)
 
 
 def test_ray_workers_with_a_gpu_engine_must_reserve_a_gpu():

@@ -268,11 +268,11 @@ class RewardRunner:
                   f"{kind} of {name} are only counted (metric reward/{kind})", file=sys.stderr, flush=True)
 
     def _stop_if_broken(self) -> None:
-        broken = [(name, last) for name, (n, last) in self._failing.items() if n >= FAILING_IN_A_ROW]
+        broken = [(name, n, last) for name, (n, last) in self._failing.items() if n >= FAILING_IN_A_ROW]
         if broken:
-            name, last = broken[0]
+            name, n, last = broken[0]
             raise RewardWorkerError(
-                f"reward function {name} failed on {self._failing[name][0]} calls in a row (the last: {last}); a run "
+                f"reward function {name} failed on {n} calls in a row (the last: {last}); a run "
                 "would train on its zeros. Fix the function (or drop it from reward.functions), then continue from the "
                 "last checkpoint with `rollwise train --resume RUN_DIR`")
 

@@ -243,12 +243,13 @@ def idle_settings(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]
         except Exception:  # noqa: BLE001 - the run says what is wrong with the row
             continue
         overlaps |= built.streams and built.follows_up
-        unread = belief_unread(cfg) if oracle is None else ""
+        # an oracle replaces the belief: as idle as another estimator where no part reads it
+        unread = belief_unread(cfg if oracle is None else cfg.model_copy(update={"estimator": oracle}))
         idle = [(unread.split(" shapes ")[0].removeprefix("planner."), "it shapes a belief no part of the planner "
                  "reads")] if unread else []
         if "seed" in planner and not _planner_draws(SimpleNamespace(planner=cfg)):
             idle.append(("seed", "the planner makes no random choice"))
-        if "length_ema" in planner and cfg.budget_tokens is None:
+        if "length_ema" in planner and cfg.budget_tokens is None and args.unit != "tokens":
             idle.append(("length_ema", "it is read with a token budget: --unit tokens"))
         idle += [(k, "it acts between tasks; give --tasks 2 or more") for k in _TASK_FIELDS
                  if k in planner and args.tasks < 2]
@@ -468,6 +469,9 @@ def bad_arguments(args: argparse.Namespace) -> str | None:
         return f"--seed-offset must be in [0, 2**32 - --seeds), got {args.seed_offset}"
     if args.fit_steps is not None and not args.fit:
         return "--fit-steps counts the steps of the --fit runs to fit; give --fit RUN_DIR too"
+    out = getattr(args, "out", None)
+    if out is not None and any(p.exists() and not p.is_dir() for p in (out, *out.parents)):
+        return f"--out {out}: a part of this path is a file, not a folder; give --out DIR where you can write"
     if args.budget is not None and args.budget < 1:
         return f"--budget must be >= 1, got {args.budget} (leave it out for the uniform batch)"
     if not 0.0 <= args.unsolvable < 1.0:

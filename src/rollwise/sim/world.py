@@ -175,11 +175,17 @@ class World:
         return float((q > self.p.eval_threshold).mean()) if self.p.eval_threshold > 0 else float(q.mean())
 
     def mean_length(self) -> float:
-        """Expected response length at the start (for a default token budget)."""
+        """Expected response length at the start (for a default token budget): E[min(length, max_len)]."""
         i = np.arange(self.p.n_train)
         q = self.solve_rate(i) / np.maximum(self.fit[i], 1e-9)
-        med = np.exp(self.log_med[i]) * (q + (1 - q) * self.p.wrong_length_factor)
-        return float(np.minimum(med * math.exp(self.p.length_sigma**2 / 2), self.p.max_len).mean())
+        s, cap = max(self.p.length_sigma, 1e-9), self.p.max_len
+
+        def capped(log_m: np.ndarray) -> np.ndarray:  # E[min(X, cap)], X log-normal with median exp(log_m)
+            z = (math.log(cap) - log_m) / s
+            return np.exp(log_m + s * s / 2) * _phi(z - s) + cap * (1.0 - _phi(z))
+
+        wrong = capped(self.log_med[i] + math.log(self.p.wrong_length_factor))
+        return float((q * capped(self.log_med[i]) + (1 - q) * wrong).mean())
 
     # ----------------------------------------------------------------- engine + rewarder
     def generate(self, req: Request) -> GroupResult:

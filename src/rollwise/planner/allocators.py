@@ -89,7 +89,9 @@ class Allocator:
         # the cost was measured in the saved group size: a resume that changes rollout.num_generations
         # scales it (a fixed allocator's cost is its group size; it kept the old one for the rest of the run)
         saved_n = state.get("n", self.n)  # older checkpoints: the size unknown, taken as unchanged
-        self.cost_per_prompt = float(state.get("cost_per_prompt", saved_n)) * self.n / saved_n
+        cost = float(state.get("cost_per_prompt", saved_n))
+        # unchanged size: the saved value as is (x * n / n can differ from x in its last digit)
+        self.cost_per_prompt = cost if saved_n == self.n else cost * self.n / saved_n
 
 
 FixedAllocator = Allocator

@@ -122,13 +122,18 @@ class SkipSelector(Selector):
 
     def state_dict(self) -> dict[str, Any]:
         return {"z_easy": self.z_easy.tolist(), "z_hard": self.z_hard.tolist(), "p_easy": self.p_easy,
-                "p_hard": self.p_hard}
+                "p_hard": self.p_hard, "bounds": [self.cfg.greso_explore_min, self.cfg.greso_explore_max]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.z_easy = np.asarray(state["z_easy"], dtype=np.int64)
         self.z_hard = np.asarray(state["z_hard"], dtype=np.int64)
         lo, hi = self.cfg.greso_explore_min, self.cfg.greso_explore_max  # a resume may narrow them
-        self.p_easy, self.p_hard = (min(hi, max(lo, float(state[k]))) for k in ("p_easy", "p_hard"))
+        p = [float(state[k]) for k in ("p_easy", "p_hard")]
+        # kept as saved under unchanged bounds: an explore_init outside them holds until the first adaptation,
+        # as in the run not interrupted (older checkpoints, without bounds: clipped)
+        if state.get("bounds") != [lo, hi]:
+            p = [min(hi, max(lo, v)) for v in p]
+        self.p_easy, self.p_hard = p
 
 
 class PosteriorSelector(Selector):

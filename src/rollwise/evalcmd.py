@@ -29,7 +29,9 @@ _EVAL_UNREAD = ("rollout.engine", "rollout.batch_size", "rollout.num_slots")
 # settings of training alone: `rollwise eval` reads data, reward, model, eval.batch_size / max_completion_length /
 # pass_k, rollout's sampling settings, run.seed and run.torch_threads
 _TRAINING_ONLY = ("train.", "algo.", "planner.", "distributed.", "run.progress", "run.save_every", "run.keep_checkpoints",
-                  "eval.every_n_steps", "eval.at_start", "eval.at_end", "eval.save_best", "eval.early_stopping")
+                  "eval.every_n_steps", "eval.at_start", "eval.at_end", "eval.save_best", "eval.early_stopping",
+                  "rollout.prompts_per_step", "rollout.num_generations", "rollout.partial_", "rollout.overlap_rounds",
+                  "rollout.retention_limit", "rollout.spec", "rollout.vllm_", "reward.truncated_reward", "reward.overlong_")
 
 
 def _target_config(target: str | None, items: list[str], command: str = "eval") -> tuple[Config, Path | None]:

@@ -104,7 +104,8 @@ def _strip_decoration(s: str) -> str:
 def _answer_line(text: str) -> str:
     """The last non-empty line; when it is a sentence with no number and no "answer" prefix (a closing
     "I hope it is correct."), the last line before it that has one of them."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # a line of delimiters alone (the "\\]", "$$" or "```" closing a block) holds no answer
+    lines = [ln for ln in text.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
     if not lines:
         return ""
     last = lines[-1]
@@ -187,11 +188,14 @@ _ASSIGN = re.compile(r"^[a-z]\s*=\s*")
 def normalize(answer: str) -> str:
     """Lower case, single spaces, no decoration, final period or trailing punctuation, no thousands
     separators; a LaTeX fraction becomes a/b, a Unicode minus '-', '12%' '12', 'x = 12' '12', '(12)'
-    '12', and '2, 3' '2,3'."""
-    s = " ".join(answer.split()).lower().replace("\u2212", "-")
+    '12', '\\$18' '18', '\\(12\\)' '12', and '2, 3' '2,3'."""
+    s = " ".join(answer.split()).lower().replace("\u2212", "-").replace("\\$", "$")
     s = _FRAC.sub(r"\1/\2", s)
     s = s.strip(_DECORATION)
     s = s.rstrip(".,;:!?").strip(_DECORATION)
+    for left, right in (("\\(", "\\)"), ("\\[", "\\]")):  # inline math, as $...$ is
+        if s.startswith(left) and s.endswith(right) and s.count(left) == 1:
+            s = s[2:-2].strip(_DECORATION)
     s = _ASSIGN.sub("", s)
     if s.endswith("\\%"):
         s = s[:-2]
@@ -283,13 +287,19 @@ def math_verify(completion: str, item: PromptItem) -> float:
 
     for name in ("math_verify.parser", "math_verify.grader"):  # the "timeout disabled" notice
         logging.getLogger(name).setLevel(logging.ERROR)
-    completion = completion.replace("\u2212", "-")  # a Unicode minus, which math-verify does not read
+    # a Unicode minus and LaTeX's dollar sign "\\$18", which math-verify does not read (it parsed to nothing)
+    completion = completion.replace("\u2212", "-").replace("\\$", "")
+    completion = _BOLD.sub(r"\1", completion)  # "**3/4**" parsed as 3, "<answer>**12**</answer>" as nothing
     tagged = _last_tag(completion)
     gold = _math_parse(gold_answer(item))
     pred = _math_parse(tagged) if tagged is not None else parse(completion, parsing_timeout=None)
     if not gold or not pred:
         return 0.0
     return 1.0 if verify(gold, pred, timeout_seconds=None) else 0.0
+
+
+# markdown bold, "**3/4**" (not Python's power, "x**2": the opening "**" follows no word character)
+_BOLD = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
 
 
 def _math_parse(text: str) -> list:

@@ -1,0 +1,85 @@
+"""Held-out scoring audit: answers a grader reads as right that the verifiers scored 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollwise.rewards import exact_match, extract_answer, math_verify, reasoning_gym
+from rollwise.types import PromptItem
+
+
+def item(answer: str) -> PromptItem:
+    return PromptItem(uid=f"t:{answer}", task="t", question="q", answer=answer)
+
+
+@pytest.mark.parametrize(("completion", "expected"), [
+    ("The total is:\n\\[\n5 + 7 = 12\n\\]", "12"),  # a display block: its closing "\]" was read as the answer
+    ("The answer is:\n\\[\n12\n\\]", "12"),
+    ("The answer is:\n$$\n12\n$$", "12"),  # "$$" was read as the empty answer
+    ("The answer is:\n```\n12\n```", "12"),
+])
+def test_a_closing_math_or_code_delimiter_line_is_not_the_answer(completion: str, expected: str) -> None:
+    assert extract_answer(completion) == expected
+    assert exact_match(completion, item(expected)) == 1.0
+    assert exact_match(completion, item("13")) == 0.0
+
+
+@pytest.mark.parametrize("completion", [
+    "The answer is \\$18.", "The answer is **\\$18**.", "\\boxed{\\$18}", "<answer>\\$18</answer>",
+])
+def test_exact_match_reads_a_latex_dollar_sign_as_a_plain_one(completion: str) -> None:
+    """"$18" scored 1 and "\\$18" (LaTeX's dollar sign, common in GSM8K-style answers) scored 0."""
+    assert exact_match(completion, item("18")) == 1.0
+    assert exact_match(completion, item("17")) == 0.0
+    assert exact_match("The answer is \\$1,000.", item("1000")) == 1.0
+
+
+@pytest.mark.parametrize("completion", ["The answer is \\(12\\).", "\\(12\\)", "The answer is \\[12\\]", "<answer>\\(12\\)</answer>"])
+def test_exact_match_reads_latex_inline_math_as_it_reads_dollars(completion: str) -> None:
+    """"$12$" scored 1 and "\\(12\\)", the same inline math, scored 0."""
+    assert exact_match(completion, item("12")) == 1.0
+    assert exact_match(completion, item("13")) == 0.0
+    assert exact_match("\\(\\frac{3}{4}\\)", item("0.75")) == 1.0
+
+
+def test_reasoning_gym_on_a_file_item_reads_the_same_forms() -> None:
+    it = PromptItem(uid="u", task="t", question="q", answer="18", entry={"question": "q", "answer": "18"})
+    assert reasoning_gym("The answer is \\$18.", it) == 1.0
+    assert reasoning_gym("The answer is \\(18\\).", it) == 1.0
+
+
+@pytest.mark.parametrize("completion", [
+    "The answer is \\$18.", "She earns \\$18 every day.", "Total: \\$18", "The answer is **\\$18**.",
+])
+def test_math_verify_reads_a_latex_dollar_sign(completion: str) -> None:
+    """math-verify parses "\\$18" to nothing: a right answer in dollars scored 0."""
+    assert math_verify(completion, item("18")) == 1.0
+    assert math_verify(completion, item("17")) == 0.0
+
+
+@pytest.mark.parametrize(("completion", "gold"), [
+    ("The answer is: **3/4**", "3/4"), ("The answer is: **-3/4**", "-0.75"), ("<answer>**12**</answer>", "12"),
+    ("x**2 = 9, so x = **3**", "3"),
+])
+def test_math_verify_reads_an_answer_in_markdown_bold(completion: str, gold: str) -> None:
+    """math-verify read "**3/4**" as 3 (a right answer scored 0, the wrong 3 scored 1) and a bold tagged answer
+    as nothing."""
+    assert math_verify(completion, item(gold)) == 1.0
+    assert math_verify("The answer is: **3/4**", item("3")) == 0.0
+    assert math_verify("2**3 = 8", item("8")) == 1.0  # Python's power is left alone
+
+
+
+def test_rollwise_eval_says_the_rollout_and_reward_settings_of_training_it_ignores(tiny_model_dir, capsys):
+    """rollout.num_generations=8 (not the samples of pass@k), the planner's prompts per step, partial and
+    speculative rollouts and the training reward's shaping were taken without a word."""
+    from rollwise.evalcmd import _target_config
+
+    given = ["rollout.num_generations=8", "rollout.prompts_per_step=4", "rollout.speculative_reuse=true",
+             "rollout.partial_rollouts=true", "reward.overlong_buffer=4", "reward.truncated_reward=0"]
+    _target_config(str(tiny_model_dir), given)
+    err = capsys.readouterr().err
+    assert f"{', '.join(k.split('=')[0] for k in given)} has no effect here: it is a setting of training" in err, err
+    _target_config(str(tiny_model_dir), ["rollout.temperature=0.5", "rollout.top_p=0.9", "rollout.max_completion_length=9",
+                                         "rollout.engine_dtype=float32", "reward.timeout=5"])
+    assert "warning" not in capsys.readouterr().err  # what `rollwise eval` reads

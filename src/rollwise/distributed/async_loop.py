@@ -121,9 +121,12 @@ def _next_batch(out: queue.Queue, thread: threading.Thread) -> Produced:
         try:
             item = out.get(timeout=1.0)
         except queue.Empty:
-            if not thread.is_alive():
+            if thread.is_alive():
+                continue
+            try:  # it may have put its last item (a batch or its error) after the wait ran out, then exited
+                item = out.get_nowait()
+            except queue.Empty:
                 raise RuntimeError("the rollout producer stopped without a batch") from None
-            continue
         if isinstance(item, BaseException):
             raise item
         return item
@@ -240,7 +243,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
                     done = checkpoint = True
             if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
                 call("save", step + 1, loop_state(run, {"pool": pool.state_dict(), "driver_rng": rng_state()}))
-            if hold:
+            if hold and not done:  # a run that stops here trains no later batch: the producer starts none
                 gate.advance(step + 1)
             if done:
                 last_step = step + 1

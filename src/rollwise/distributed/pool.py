@@ -104,8 +104,12 @@ class RolloutPool:
             actor = ray.remote(RolloutWorker).options(num_cpus=d.worker_threads, num_gpus=d.worker_gpus,
                                                       max_restarts=d.max_worker_restarts, max_task_retries=-1)
             self.workers = [actor.remote(s, store) for s in specs]
-            self._incarnations = ray_get(lambda: ray.get([w.ping.remote() for w in self.workers]),
-                                         "a rollout worker, starting,")
+            try:
+                self._incarnations = ray_get(lambda: ray.get([w.ping.remote() for w in self.workers]),
+                                             "a rollout worker, starting,")
+            except BaseException:  # no pool to close: the workers that did start would outlive the run
+                self.close()
+                raise
         else:
             self.workers = [RolloutWorker(replace(s, set_threads=False), store) for s in specs]
             self._incarnations = [w.incarnation for w in self.workers]

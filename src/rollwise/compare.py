@@ -163,6 +163,7 @@ def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     for i, d in enumerate(run_dirs):
@@ -173,13 +174,15 @@ def plot_comparison(run_dirs: list[Path], out: Path) -> Path:
         if evals:
             axes[0].plot([t for t, _, _ in evals], [a for _, a, _ in evals], **style)
             axes[1].plot([h["step"] for h in hist if "eval/accuracy" in h], [a for _, a, _ in evals], **style)
-        axes[2].plot([h["step"] for h in steps], [h["rollout/tokens_total"] for h in steps],
-                     color=style["color"], label=str(d))
+        axes[2].plot([h["step"] for h in steps], [h["rollout/tokens_total"] for h in steps],  # one step: a marker
+                     color=style["color"], label=str(d), marker="o" if len(steps) < 30 else None)
     for ax, title, xlabel in zip(axes, ("held-out accuracy", "held-out accuracy", "rollout tokens (cumulative)"),
                                  ("rollout tokens (cumulative)", "step", "step")):
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
+        if xlabel == "step":  # no step 1.5 on runs of a few steps
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     if not any(ln.get_label() and not ln.get_label().startswith("_") for ln in axes[0].get_lines()):
         for ax in axes[:2]:  # no run evaluated: say so instead of empty axes
             ax.text(0.5, 0.5, "no evaluation in these runs", ha="center", va="center", transform=ax.transAxes)

@@ -25,13 +25,17 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
                        ("eval/truncated_frac", "held-out answers cut at the length cap")):
         if any(key in h for h in evals):
             out.append((title, "line", [("", [(h["step"], h[key]) for h in evals if key in h])]))
-    for title, keys in (("effective ratio", (("of rollouts generated", "planner/effective_ratio"),
+    for title, keys in (("rollouts per step", (("generated (discarded included)", "rollout/rollouts"),
+                                               ("discarded", "rollout/discarded_rollouts"))),
+                        ("rollout tokens per step", (("generated (discarded included)", "rollout/tokens"),
+                                                     ("discarded", "rollout/discarded_tokens"))),
+                        ("effective ratio", (("of rollouts generated", "planner/effective_ratio"),
                                               ("of samples trained", "planner/effective_ratio_trained"))),
                         ("groups with equal rewards (rollout/frac_zero_std_groups)",
                          (("", "rollout/frac_zero_std_groups"),)),
                         ("estimator's Brier score", (("every prompt rolled out", "planner/brier"),
                                                      ("prompts seen before", "planner/brier_seen"),
-                                                     ("bias (predicted - seen)", "planner/prediction_bias")))):
+                                                     ("bias (predicted - observed)", "planner/prediction_bias")))):
         lines = [(label, series(key)) for label, key in keys if any(key in h for h in steps)]
         if lines:
             out.append((title, "line", lines))
@@ -50,8 +54,10 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
     if counts:
         out.append(("samples per prompt (every step)", "hist", counts))
     tasks = sorted({k for h in steps for k in h if k.startswith("planner/task_share/")})
-    if tasks:
-        out.append(("share of rollouts per task", "line", [(k.rsplit("/", 1)[1], series(k)) for k in tasks]))
+    if tasks:  # a task given no rollout in a step is not logged there: its share is 0, not a line across the step
+        shared = [h for h in steps if any(k in h for k in tasks)]
+        out.append(("share of rollouts per task", "line",
+                    [(k.rsplit("/", 1)[1], [(h["step"], h.get(k, 0.0)) for h in shared]) for k in tasks]))
     right, wrong = length_by_outcome(steps)
     if right:
         out.append(("response tokens in groups with both outcomes", "line", [("correct", right), ("wrong", wrong)]))
@@ -126,6 +132,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = panels_of(read_metrics(run_dir))
     cols = min(4, len(panels))
@@ -134,8 +141,8 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, (title, kind, data) in zip(axes.flat, panels):
-        if kind == "hist":
-            ax.hist(data, bins=range(0, max(data) + 2), color="C0")
+        if kind == "hist":  # one bar per count, centred on it
+            ax.hist(data, bins=[b - 0.5 for b in range(0, max(data) + 2)], color="C0")
             ax.set_xlabel("samples")
         else:
             for label, pts in data:
@@ -147,6 +154,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
             if not any(pts for _, pts in data):  # for example held-out accuracy in a run that never evaluated
                 ax.text(0.5, 0.5, "not logged in this run", ha="center", va="center", transform=ax.transAxes)
             ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # no step (or count) 1.5
         ax.set_title(title)
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -50,6 +51,8 @@ class Tracker:
 
             # purge_step hides events at or after it: keep the checkpoint's own step, as metrics.jsonl does
             purge = None if truncate_after_step is None else truncate_after_step + 1
+            if truncate_after_step is not None:
+                drop_events_after(Path(run_dir) / "tensorboard", truncate_after_step)
             self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -74,6 +77,37 @@ class Tracker:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def drop_events_after(logdir: Path, step: int) -> None:
+    """Rewrite the event files in `logdir` without their events after `step`, as metrics.jsonl drops its lines:
+    TensorBoard's default reader (its Rust data server) ignores purge_step and replaces a metric's points only
+    where the resumed run logs that metric again, so a metric logged on some steps only (rollout/dropped_stale,
+    planner/brier_seen) kept the replaced attempt's points. A file left with no event is removed."""
+    if not logdir.is_dir():
+        return
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    for path in sorted(p for p in logdir.iterdir() if p.is_file() and "tfevents" in p.name):
+        # a record cut short by a kill is left out, as a cut-short line of metrics.jsonl is
+        events = [(raw, Event.FromString(raw)) for raw in RawEventFileLoader(str(path)).Load()]
+        keep = [(raw, ev) for raw, ev in events if ev.step <= step or ev.file_version]
+        if len(keep) == len(events):
+            continue
+        if all(ev.file_version for _, ev in keep):
+            path.unlink()
+            continue
+        tmp = path.with_name("rewrite.tmp")  # no "tfevents" in its name: TensorBoard never reads it
+        try:
+            with open(tmp, "wb") as f:
+                w = RecordWriter(f)
+                for raw, _ in keep:
+                    w.write(raw)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def read_metrics(run_dir: Path, warn: bool = True) -> list[dict[str, Any]]:

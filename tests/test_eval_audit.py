@@ -83,3 +83,14 @@ def test_rollwise_eval_says_the_rollout_and_reward_settings_of_training_it_ignor
     _target_config(str(tiny_model_dir), ["rollout.temperature=0.5", "rollout.top_p=0.9", "rollout.max_completion_length=9",
                                          "rollout.engine_dtype=float32", "reward.timeout=5"])
     assert "warning" not in capsys.readouterr().err  # what `rollwise eval` reads
+
+
+def test_reasoning_gym_leaves_the_case_of_a_lettered_answer_to_the_tasks_own_scorer():
+    # exact_match lowers case; caesar_cipher's scorer gives a lower-cased decryption 0, and so must the reward
+    import reasoning_gym
+
+    from rollwise.rewards.verifiers import reasoning_gym as rg_reward
+    entry = reasoning_gym.create_dataset("caesar_cipher", size=1, seed=0)[0]
+    it = PromptItem(uid="c", task="caesar_cipher", question=entry["question"], answer=entry["answer"], entry=entry)
+    assert rg_reward(f"The answer is {entry['answer']}", it) == 1.0
+    assert rg_reward(f"The answer is {entry['answer'].lower()}", it) == 0.0

@@ -262,8 +262,10 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
     """
     source = (item.entry.get("metadata") or {}).get("source_dataset")
     matched = exact_match(completion, item)
-    if not source or matched:  # "3." or "$3$" for 3: the generators' scorers compare exact strings and gave
-        return matched  # those partial credit
+    # "3." or "$3$" for 3: the generators' scorers compare exact strings and gave those partial credit; a gold
+    # answer with letters is left to its scorer (exact_match ignores case: caesar_cipher's scorer does not)
+    if not source or (matched and not any(ch.isalpha() for ch in gold_answer(item))):
+        return matched
     entry = item.entry if "answer" in item.entry else {**item.entry, "answer": item.answer}
     return float(_rg_scorer(source)(extract_answer(completion), entry))
 

@@ -19,7 +19,7 @@ its place in the file ("line 3"). Rows with a missing or empty question or answe
 (counted in a warning). Valid rows are shuffled by seed; the
 last ones go to eval (this task's share of `eval_size`, at most 20% of the rows), the first
 ones to training (its share of `train_size`, at most what is left: rows are never repeated).
-Training rows whose question is held out are dropped. A prompt cell may be a conversation (a
+Training rows whose question is held out are dropped (the next rows taken instead; said in a warning). A prompt cell may be a conversation (a
 list of {role, content} messages): its last user message is the question. `entry` is {"question", "answer"}, so
 the reasoning_gym reward scores file items with `exact_match`.
 
@@ -46,6 +46,7 @@ import math
 import operator
 import random
 import re
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -217,7 +218,12 @@ def _rg_draw(task: TaskSpec, label: str, split: str, n: int, seed: int, budget: 
     while len(out) < n and i < min(budget + wrong, 20 * size):
         if i == len(ds):  # the stream goes on past the first dataset: the same items, more of them
             ds = _rg_dataset(task, min(2 * len(ds), 20 * size), s)
-        item = _rg_item(task, label, split, i, ds[i])
+        try:  # a parameter of the wrong type can pass the config's checks and fail only here
+            entry = ds[i]
+        except (TypeError, ValueError, AssertionError) as e:
+            raise ConfigError(f"data.tasks['{task.name}'].params {task.params}: {type(e).__name__}: {e} (generating "
+                              "an item); check each parameter's type and range") from None
+        item = _rg_item(task, label, split, i, entry)
         i += 1
         if wrong_gold(item):
             wrong += 1
@@ -308,7 +314,10 @@ def _json_columns(doc: dict[str, Any]) -> _Records | None:
     numbered = all(isinstance(c, list) or (isinstance(c, dict) and all(k.isdigit() for k in c)) for c in cols)
     if not cols or not numbered or len({len(c) for c in cols}) != 1:
         return None
-    cells = {k: list(c.values()) if isinstance(c, dict) else c for k, c in doc.items()}
+    numbers = [list(c) for c in cols if isinstance(c, dict)]  # a row's cells share its number, in any order
+    if numbers and any(set(n) != set(numbers[0]) for n in numbers):
+        return None
+    cells = {k: [c[j] for j in numbers[0]] if isinstance(c, dict) else c for k, c in doc.items()}
     return [(f"row {i + 1}", {k: c[i] for k, c in cells.items()}) for i in range(len(cols[0]))]
 
 
@@ -333,7 +342,9 @@ def _json_records(task: TaskSpec, path: Path) -> _Records:
         records = ([(f"item {i + 1} of the list", v) for i, v in enumerate(doc)] if isinstance(doc, list) else
                    _json_columns(doc) or [("its one object", doc)])
     else:
-        records = [(f"line {n}", _json(task, path, s, n)) for n, s in enumerate(text.splitlines(), 1) if s.strip()]
+        # only \n, \r\n and \r end a line: splitlines() also split inside strings at U+2028, U+2029 and U+0085,
+        # which JSON allows unescaped (json.dumps(ensure_ascii=False) writes them so)
+        records = [(f"line {n}", _json(task, path, s, n)) for n, s in enumerate(re.split(r"\r\n?|\n", text), 1) if s.strip()]
     for place, value in records:
         if not isinstance(value, dict):
             raise _unreadable(task, path, f"{place} is {str(value)[:40]!r}, not a JSON object with a key per column")
@@ -345,11 +356,20 @@ def _csv_records(task: TaskSpec, path: Path) -> _Records:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        with warnings.catch_warnings():  # a first row with more cells than the header: pandas made its first
+            warnings.simplefilter("error", pd.errors.ParserWarning)  # cell the index (or dropped the extra ones)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
     except pd.errors.EmptyDataError:
         raise _no_rows(task, path, "the file is empty, not even a header row") from None
     except (UnicodeDecodeError, ValueError) as e:  # pandas' ParserError is a ValueError; it names the line
         raise _unreadable(task, path, f"{type(e).__name__}: {e}") from None
+    except pd.errors.ParserWarning:
+        try:  # without a header row pandas names the first row with too many cells
+            pd.read_csv(path, dtype=str, header=None, index_col=False)
+            why = "a row has more cells than the header row"
+        except ValueError as e:
+            why = f"{type(e).__name__}: {str(e).strip()}"
+        raise _unreadable(task, path, why) from None
     if df.empty:
         raise _no_rows(task, path, f"only the header row: {', '.join(map(str, df.columns))}")
     return [(f"row {i + 1} below the header", r) for i, r in enumerate(df.to_dict("records"))]
@@ -365,6 +385,13 @@ def _parquet_records(task: TaskSpec, path: Path) -> _Records:
         raise _unreadable(task, path, f"{type(e).__name__}: {e}") from None
     if table.num_rows == 0:
         raise _no_rows(task, path, f"a table with the columns {', '.join(table.column_names)} and no rows")
+    import numpy as np
+
+    for i, field in enumerate(table.schema):  # a float32 0.1 is 0.10000000149011612 as a Python float: keep 0.1
+        narrow = {pa.float32(): np.float32, pa.float16(): np.float16}.get(field.type)
+        if narrow is not None:
+            values = [None if v is None else float(str(narrow(v))) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, field.name, pa.array(values, pa.float64()))
     return [(f"row {i + 1}", r) for i, r in enumerate(table.to_pylist())]
 
 
@@ -400,7 +427,7 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
                 f"data.tasks['{task.name}']: {key} '{col}' is not a column of '{path}'; "
                 f"columns present: {', '.join(columns)}"
             )
-    rows, skipped, dropped_turns = [], 0, 0
+    rows, skipped, dropped_turns, where = [], 0, 0, []
     for i, (place, record) in enumerate(records):
         q, a = record.get(task.prompt_column), record.get(task.answer_column)
         if isinstance(q, list) and q and all(isinstance(m, dict) and "content" in m for m in q):
@@ -415,6 +442,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
         question, answer = _cell(q), _cell(a)
         if question is None or answer is None:
             skipped += 1
+            if skipped <= 5:
+                where.append(f"{place}: no {'question' if question is None else 'gold answer'}")
         else:
             rows.append((i, question, answer))
     if not rows:
@@ -426,7 +455,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
                     "last user message alone (set data.system_prompt for a system message)", task.name, dropped_turns,
                     path)
     if skipped:
-        log.warning("task '%s': skipped %d malformed rows of '%s' (missing/empty question or answer)", task.name, skipped, path)
+        log.warning("task '%s': skipped %d malformed rows of '%s' (missing/empty question or answer: %s%s); fill them "
+                    "in or remove them", task.name, skipped, path, "; ".join(where), "; ..." if skipped > len(where) else "")
     return rows
 
 
@@ -451,7 +481,7 @@ def _file_split(
     head, tail = rows[: len(rows) - n_eval], rows[len(rows) - n_eval :]
     if n_train > len(head):
         log.warning("task '%s': wanted %d training rows, the file has %d; using all", label, n_train, len(head))
-    train = [_file_item(task, label, "train", r) for r in head[:n_train]]
+    train = [_file_item(task, label, "train", r) for r in head]  # build_items takes n_train of those not held out
     return train, [_file_item(task, label, "eval", r) for r in tail]
 
 
@@ -472,16 +502,30 @@ def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[Prom
     evals: list[PromptItem] = []
     for k, task in enumerate(cfg.tasks):
         if task.path:
+            repeats = []
             for it in file_parts[k][1]:
                 if it.question not in seen:
                     seen.add(it.question)
                     evals.append(it)
+                else:
+                    repeats.append(it)
+            if repeats:
+                log.warning("task '%s': %d held-out rows left out: their question is held out already (repeated in "
+                            "the file, or asked by an earlier task's held-out items; first: %r)", labels[k],
+                            len(repeats), repeats[0].question[:80])
         else:
             evals.extend(_rg_eval(task, labels[k], n_eval[k], seed, seen))
     train: list[PromptItem] = []
     for k, task in enumerate(cfg.tasks):
         if task.path:
-            train.extend(it for it in file_parts[k][0] if it.question not in seen)
+            rows = file_parts[k][0]
+            kept = [it for it in rows if it.question not in seen][: n_train[k]]
+            if len(kept) < min(n_train[k], len(rows)):
+                log.warning("task '%s': %d training rows instead of %d: %d rows of the file ask a held-out question "
+                            "(a question repeated in the file, or asked by another task's held-out items) and are "
+                            "dropped so that training and eval do not overlap", labels[k], len(kept),
+                            min(n_train[k], len(rows)), sum(it.question in seen for it in rows))
+            train.extend(kept)
         else:
             train.extend(_rg_train(task, labels[k], n_train[k], seed, seen))
     random.Random(_seed(seed, "order")).shuffle(train)

@@ -31,7 +31,7 @@ from typing import Any
 
 from rollwise.planner.allocators import ALLOCATORS, Allocator, make_allocator
 from rollwise.planner.base import groupwise
-from rollwise.planner.core import ComposedPlanner
+from rollwise.planner.core import MAX_ROUNDS, ComposedPlanner
 from rollwise.planner.estimators import make_estimator
 from rollwise.planner.repair import make_repair
 from rollwise.planner.selectors import SELECTORS, Selector, make_selector
@@ -105,10 +105,13 @@ def _belief_unread_by(cfg: Any) -> str:
     """"" when a part of a PlannerConfig's planner reads the estimator's belief, else the sentence that
     says none does (for the messages about options that shape or start the belief)."""
     sel, alloc = part(cfg, "selector"), part(cfg, "allocator")
-    if sel in BELIEF_SELECTORS or alloc in BELIEF_ALLOCATORS:
+    # a posterior selector given no more candidates than it picks scores none: it reads no belief
+    if (sel in BELIEF_SELECTORS and cfg.candidate_factor > 1) or alloc in BELIEF_ALLOCATORS:
         return ""
+    why = (f", as planner.candidate_factor={cfg.candidate_factor:g} leaves the selector nothing to score"
+           if sel in BELIEF_SELECTORS else "")
     return (f"which only selector {' or '.join(BELIEF_SELECTORS)} and allocator {' or '.join(BELIEF_ALLOCATORS)} "
-            f"read; strategy '{cfg.strategy}' (selector '{sel}', allocator '{alloc}') decides without it")
+            f"read; strategy '{cfg.strategy}' (selector '{sel}', allocator '{alloc}') decides without it{why}")
 
 
 def belief_unread(cfg: Any) -> str:
@@ -189,6 +192,11 @@ def make_planner(
                       f"{cool * prompts_per_step} out at once, not fewer than the pool's {len(uids)}: steps then fill "
                       "with prompts that never gave a gradient; give a cooldown below "
                       f"{max(1, -(-len(uids) // prompts_per_step))}", stacklevel=2)
+    for key, reader, value in (("dapo_max_rounds", "filter", cfg.dapo_max_rounds),
+                               ("ar3po_stages", "staged", cfg.ar3po_stages)):
+        if value > MAX_ROUNDS and reader in (part(cfg, "selector"), part(cfg, "allocator")):
+            warnings.warn(f"planner.{key}={value} is above the planner's limit of {MAX_ROUNDS} rounds a step: "
+                          f"a step stops after {MAX_ROUNDS}", stacklevel=2)
     preset = PRESETS[cfg.strategy]
     if cfg.stratify_rollouts is None:  # resolved once, so every part reads the preset's choice
         cfg = cfg.model_copy(update={"stratify_rollouts": preset.get("stratify_rollouts", False)})

@@ -53,5 +53,31 @@ def test_a_round_limit_above_the_planners_own_is_warned_about(strategy: str, key
     while reqs:
         rounds += 1
         reqs = pl.observe([GroupResult(q.uid, [0.0] * q.n, [5] * q.n) for q in reqs])
-    pl.end_step()
+    out = pl.end_step()
     assert rounds == MAX_ROUNDS
+    notes = " ".join(getattr(out, "notes", []) or [])
+    assert f"limit of {MAX_ROUNDS} rounds a step reached" in notes and "no unused prompts" not in notes, notes
+
+
+def test_knapsack_with_a_minimum_above_the_group_size_keeps_its_budget_on_unseen_prompts():
+    # n = 4, min 6, budget 16: planned at 4 a prompt, 4 unseen prompts got 6 each, 24 rollouts a step
+    from rollwise.config import PlannerConfig
+    from rollwise.planner import build_planner
+    uids = [f"q{i}" for i in range(40)]
+    pl = build_planner(PlannerConfig(strategy="knapsack", min_samples_per_prompt=6, budget_rollouts=16),
+                       uids, 4, 4, 64, 0)
+    reqs = pl.begin_step(0)
+    assert sum(q.n for q in reqs) <= 16 and {q.n for q in reqs} == {6}, [(q.uid, q.n) for q in reqs]
+
+
+def test_a_most_samples_below_the_group_size_is_refused_where_the_allocator_gives_the_group_first():
+    # dars gave each prompt 4 with max_samples_per_prompt=2, adaptive topped its probes up to 4
+    import pytest
+
+    from rollwise.config import PlannerConfig
+    from rollwise.planner import build_planner
+    uids = [f"q{i}" for i in range(40)]
+    for strategy in ("dars", "adaptive"):
+        with pytest.raises(ValueError, match=r"max_samples_per_prompt \(2\) is below rollout.num_generations \(4\)"):
+            build_planner(PlannerConfig(strategy=strategy, max_samples_per_prompt=2), uids, 4, 4, 64, 0)
+    build_planner(PlannerConfig(strategy="knapsack", max_samples_per_prompt=2), uids, 4, 4, 64, 0)  # its bound

@@ -112,7 +112,7 @@ PLANNER_CHANGES: dict[str, tuple[object, str, dict]] = {
     "planner.budget_rollouts": (32, "adaptive", {}),
     "planner.budget_tokens": (300, "adaptive", {}),
     "planner.min_samples_per_prompt": (6, "knapsack", {}),
-    "planner.max_samples_per_prompt": (4, "adaptive", {}),
+    "planner.max_samples_per_prompt": (12, "adaptive", {}),  # at n = 8: growth stops at 12, not 16
     "planner.posterior_decay": (0.1, "mopps", {}),
     "planner.vade_fast_decay": (0.01, "vade", {}),
     "planner.vade_slow_decay": (0.01, "vade", {}),

@@ -104,6 +104,13 @@ class KnapsackAllocator(Allocator):
         super().__init__(cfg, n)
         self.min_n = cfg.min_samples_per_prompt or min(2, n)
         self.max_n = cfg.max_samples_per_prompt or 16 * n  # Knapsack RL's max_n=128 at n=8
+        self.unseen_n = min(max(n, self.min_n), self.max_n)  # what a prompt not yet observed gets
+        # prompts are planned at an unseen prompt's size (the DP spreads the budget over the seen ones); planned
+        # at n each, a minimum above n overspent every step while prompts were unseen
+        self.cost_per_prompt = float(self.unseen_n)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass  # its cost is no running mean: it follows this run's settings (a resume may change the bounds)
 
     # cost units per rollout of the mean length in the token-budget DP (a sample's cost is quantised to 1/8)
     TOKEN_QUANTUM = 8
@@ -120,7 +127,7 @@ class KnapsackAllocator(Allocator):
         w = self._sample_costs(pl, uids, q)
         out = np.zeros(len(uids), dtype=np.int64)
         unseen = cnt < self.cfg.min_observations
-        out[unseen] = min(max(self.n, self.min_n), self.max_n)
+        out[unseen] = self.unseen_n
         zero, one = ~unseen & (p <= 1e-9), ~unseen & (p >= 1 - 1e-9)
         mixed = np.flatnonzero(~unseen & ~zero & ~one)
         out[zero | one] = self.min_n

@@ -231,8 +231,11 @@ class FilterSelector(Selector):
     def finalize(self, pl: ComposedPlanner, st: StepState) -> list[str]:
         good = [g.uid for g in st.informative_groups()]
         if len(good) < st.target_prompts:
+            from rollwise.planner.core import MAX_ROUNDS
+
             why = (f"back-fill limit reached ({st.selector_rounds} rounds, planner.dapo_max_rounds="
                    f"{self.cfg.dapo_max_rounds})" if st.selector_rounds >= self.cfg.dapo_max_rounds
+                   else f"the planner's limit of {MAX_ROUNDS} rounds a step reached" if st.rounds >= MAX_ROUNDS
                    else "no unused prompts left in the pool this step")
             st.notes.append(f"dapo: {why} with {len(good)}/{st.target_prompts} informative groups; "
                             "training on what there is")

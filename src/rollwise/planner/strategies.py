@@ -186,6 +186,11 @@ def make_planner(
     why = unused_options(cfg)
     if why:
         raise ValueError(why)
+    hi, alloc = cfg.max_samples_per_prompt, part(cfg, "allocator")
+    if hi is not None and hi < num_generations and alloc in ("hardness", "screen"):
+        raise ValueError(f"planner.max_samples_per_prompt ({hi}) is below rollout.num_generations ({num_generations}), "
+                         f"the group allocator '{alloc}' gives a prompt before it adds any: raise it to "
+                         f"{num_generations} or more, or lower rollout.num_generations")
     cool = cfg.revisit_cooldown
     if cool and cool * prompts_per_step >= len(uids):
         warnings.warn(f"planner.revisit_cooldown={cool} can keep {cool} x {prompts_per_step} prompts a step = "

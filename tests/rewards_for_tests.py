@@ -35,3 +35,46 @@ def has_digit(completion: str, item) -> float:
 def always_raises(completion: str, item) -> float:
     """A broken reward function: the run must stop rather than train on its zeros."""
     raise KeyError("answer_key")
+
+
+def starts_a_hanging_child(completion: str, item) -> float:
+    """Runs a helper process that never ends (as a code-execution reward runs a submitted program) and waits for
+    it; the helper's pid goes to the file named by item.answer."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    Path(item.answer).write_text(str(child.pid))
+    child.wait()
+    return 1.0
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def raises_an_unprintable_error(completion: str, item) -> float:
+    """Raises an exception whose str() itself raises."""
+    if completion == "bad":
+        raise UnprintableError()
+    return 1.0
+
+
+def forks_a_child_that_raises(completion: str, item) -> float:
+    """A naive sandbox: runs code in a forked child, which raises instead of exiting; scores float(item.answer)."""
+    import os
+
+    pid = os.fork()
+    if pid == 0:
+        raise ValueError("the submitted code failed")
+    os.waitpid(pid, 0)
+    return float(item.answer)
+
+
+def raises_unless_ok(completion: str, item) -> float:
+    """1 for the completion 'ok'; raises on any other."""
+    if completion != "ok":
+        raise KeyError("answer_key")
+    return 1.0

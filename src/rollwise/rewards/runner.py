@@ -71,10 +71,15 @@ def _watch_parent(parent_pid: int) -> None:
     while True:
         time.sleep(1.0)
         if os.getppid() != parent_pid:
+            if hasattr(os, "killpg") and os.getpgrp() == os.getpid():  # the processes its reward functions started too
+                os.killpg(0, signal.SIGKILL)
             os._exit(1)
 
 
 def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent_pid: int) -> None:
+    if hasattr(os, "setpgrp"):  # a group of its own: a kill also ends the processes its reward functions start
+        os.setpgrp()
+    me = os.getpid()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         os.environ[var] = "false" if var == "TOKENIZERS_PARALLELISM" else "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
@@ -110,7 +115,13 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
                 try:
                     out = _check(names[f], fns[f](completion, item))
                 except BaseException as e:  # noqa: BLE001  (the contract: count, never stop)
-                    out = (0.0, "errors", f"{names[f]} raised {type(e).__name__}: {e}")
+                    try:
+                        why = f"{type(e).__name__}: {e}"
+                    except BaseException:  # noqa: BLE001  (an exception whose str() raises)
+                        why = f"{type(e).__name__} (its message could not be read)"
+                    out = (0.0, "errors", f"{names[f]} raised {why}")
+                if os.getpid() != me:  # a child the function forked (os.fork) came back here: only the worker answers
+                    os._exit(1)
                 conn.send(out)
 
 
@@ -120,6 +131,9 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
 def _stop(proc: Any, conn: Connection) -> None:
     with contextlib.suppress(OSError):
         conn.close()
+    if proc.pid is not None and hasattr(os, "killpg"):  # the worker's group: processes its reward functions started
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
     if proc.is_alive():
         proc.kill()
     proc.join(timeout=5)
@@ -266,6 +280,7 @@ class RewardRunner:
             self._told.add((name, kind))
             print(f"rollwise: warning: reward function {message}; the call scored 0 and the run goes on. Later "
                   f"{kind} of {name} are only counted (metric reward/{kind})", file=sys.stderr, flush=True)
+        self._stop_if_broken()  # now, not after the batch: a hanging function would time out on every call of it
 
     def _stop_if_broken(self) -> None:
         broken = [(name, n, last) for name, (n, last) in self._failing.items() if n >= FAILING_IN_A_ROW]

@@ -1,0 +1,127 @@
+"""RewardRunner under reward functions that misbehave: what they start, what they raise, how often they fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:
+    import rollwise  # noqa: F401
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from rollwise.config import RewardConfig
+from rollwise.errors import RewardWorkerError
+from rollwise.rewards import RewardRunner
+from rollwise.types import PromptItem
+
+
+def item(answer: str) -> PromptItem:
+    return PromptItem(uid=f"t:{answer}", task="t", question="q", answer=answer)
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_timed_out_call_ends_the_processes_the_reward_function_started(tmp_path):
+    """The worker was killed on a timeout, but a process its reward function started (a program under test, a
+    judge) lived on, orphaned: one more leaked process for every timed-out call."""
+    pidfile = tmp_path / "child.pid"
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:starts_a_hanging_child"}], timeout=0.5)
+    with RewardRunner(cfg) as runner:
+        res = runner.score(["x"], [item(str(pidfile))])
+    assert res.rewards == [0.0] and res.timeouts == 1
+    pid = int(pidfile.read_text())
+    try:
+        deadline = time.monotonic() + 10  # a bound on the wait, not a timing under test
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(pid), "the reward function's child process outlived the timed-out call"
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_an_exception_whose_message_cannot_be_read_is_counted_without_killing_the_worker():
+    """Formatting str(e) raised in the worker: it crashed with a traceback, the call was reported as having
+    killed the reward worker, and the worker was restarted."""
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:raises_an_unprintable_error"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        res = runner.score(["ok", "bad", "ok"], [item("1")] * 3)
+        assert res.rewards == [1.0, 0.0, 1.0] and res.errors == 1
+        assert "raises_an_unprintable_error raised UnprintableError" in res.messages[0], res.messages
+        assert runner.restarts == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_forked_child_that_returns_into_the_worker_does_not_answer_for_it():
+    """A reward function whose forked child raised instead of exiting: the child went on in the worker's loop and
+    sent its own answers, which the parent took for the worker's (sample 0 scored 0 with the child's error)."""
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:forks_a_child_that_raises"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        for _ in range(2):
+            res = runner.score(["a", "b", "c"], [item("1"), item("2"), item("3")])
+            assert res.rewards == [1.0, 2.0, 3.0] and res.errors == 0, res.messages
+
+
+def test_a_function_failing_on_every_call_stops_the_run_within_the_batch(monkeypatch):
+    """The failures in a row were checked only after the whole batch: a function failing (or timing out) on every
+    call ran on through a batch of any size, and one success at its end hid the failures in a row before it."""
+    from rollwise.rewards import runner as runner_mod
+
+    monkeypatch.setattr(runner_mod, "FAILING_IN_A_ROW", 3)
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:raises_unless_ok"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        assert runner.score(["x", "x", "ok"], [item("1")] * 3).errors == 2  # two in a row: counted, scored 0
+        with pytest.raises(RewardWorkerError, match=r"raises_unless_ok failed on 3 calls in a row .*KeyError"):
+            runner.score(["x", "x", "x", "ok"], [item("1")] * 4)
+        assert runner.score(["ok"], [item("1")]).rewards == [1.0]  # a fixed function: a new worker scores
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_run_ends_the_processes_its_reward_functions_started(tmp_path):
+    """When the run itself died (killed, its terminal closed), the worker ended but a process its reward function
+    started lived on."""
+    import subprocess
+
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).resolve().parents[1] / 'src')]!r}\n"
+        "from rollwise.config import RewardConfig\n"
+        "from rollwise.rewards import RewardRunner\n"
+        "from rollwise.types import PromptItem\n"
+        "if __name__ == '__main__':\n"
+        "    cfg = RewardConfig(functions=[{'name': 'rewards_for_tests:starts_a_hanging_child'}], timeout=600)\n"
+        f"    RewardRunner(cfg).score(['x'], [PromptItem('u', 't', 'q', {str(pidfile)!r})])\n")
+    run = subprocess.Popen([sys.executable, str(script)])
+    pid = None
+    try:
+        deadline = time.monotonic() + 120  # bounds on the waits, not timings under test
+        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+            assert run.poll() is None, "the run ended before its reward function started its child"
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 15
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(pid), "the reward function's child process outlived the run"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        if pid is not None and _running(pid):
+            os.kill(pid, signal.SIGKILL)

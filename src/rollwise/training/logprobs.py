@@ -143,16 +143,22 @@ def _shared_hidden(decoder: torch.nn.Module, batch: SharedPromptBatch) -> torch.
 
 def logit_transform(model: torch.nn.Module) -> tuple[float, float | None]:
     """(scale, softcap) that the model applies to its logits after the output layer: Granite divides by
-    config.logits_scaling, Cohere multiplies by config.logit_scale, Gemma 2/3 soft-cap at
+    config.logits_scaling (HyperCLOVA X multiplies by it), Cohere multiplies by config.logit_scale, Falcon-H1
+    by config.lm_head_multiplier, Gemma 2/3 soft-cap at
     config.final_logit_softcapping. (1.0, None) for most models (Llama, Qwen, SmolLM)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cfg = getattr(base, "config", None)
     cfg = getattr(cfg, "text_config", None) or cfg
     scale = 1.0
     if getattr(cfg, "logits_scaling", None):
-        scale /= float(cfg.logits_scaling)
+        if getattr(cfg, "model_type", "") == "hyperclovax":  # HyperCLOVA X multiplies where Granite divides
+            scale *= float(cfg.logits_scaling)
+        else:
+            scale /= float(cfg.logits_scaling)
     if getattr(cfg, "logit_scale", None):
         scale *= float(cfg.logit_scale)
+    if getattr(cfg, "lm_head_multiplier", None):  # Falcon-H1
+        scale *= float(cfg.lm_head_multiplier)
     cap = getattr(cfg, "final_logit_softcapping", None)
     return scale, float(cap) if cap else None
 

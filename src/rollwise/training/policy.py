@@ -147,16 +147,21 @@ class PolicyTrainer:
         if t.gradient_checkpointing and enable is not None:
             enable()
         self.share_prompts = t.share_prompt_forward and shares_prompts(model)
+        # float16 autocast needs loss scaling: the gradients of a loss normalised over a batch's tokens are small
+        # enough to flush to 0 in float16 (a no-op for float32 and bfloat16, whose range is float32's)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer and scheduler state (the weights are checkpointed separately)."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "decay_from": self._decay_from, "num_iterations": self.cfg.algo.num_iterations,
-                "max_rollout_tokens": self.cfg.train.max_rollout_tokens}
+                "max_rollout_tokens": self.cfg.train.max_rollout_tokens, "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler.is_enabled() and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         # the saved base rate and AdamW settings would override the config's, which a resume may change
         t = self.cfg.train
         self.scheduler.base_lrs = [t.learning_rate] * len(self.optimizer.param_groups)
@@ -266,6 +271,7 @@ class PolicyTrainer:
         tok_w = in_w = 0.0
         self.model.train()
         lr = 0.0  # the rate of the last update, for the metrics
+        overflowed = 0  # float16 updates skipped because the scaled gradient overflowed
         before, after = budget if budget is not None else (0.0, 0.0)
         for it in range(a.num_iterations):
             lr = self._apply_lr(before + (after - before) * it / a.num_iterations)
@@ -309,7 +315,7 @@ class PolicyTrainer:
                     per_tok, keep, a.loss_type, max_completion_length=cfg.rollout.max_completion_length,
                     num_tokens=num_tokens, num_sequences=num_sequences,
                 )
-                loss.backward()
+                self.scaler.scale(loss).backward()
                 total_loss += float(loss.detach())
                 if it == a.num_iterations - 1:
                     w = float(keep.sum())  # loss metrics are means over trained tokens
@@ -325,12 +331,18 @@ class PolicyTrainer:
                     if p.requires_grad:
                         p.grad = torch.zeros_like(p)
             trained = [p for p in self.model.parameters() if p.requires_grad]
+            self.scaler.unscale_(self.optimizer)
             grad_norm = torch.nn.utils.clip_grad_norm_(trained, self.cfg.train.max_grad_norm)
             if not math.isfinite(float(grad_norm)):
                 self.optimizer.zero_grad(set_to_none=True)
+                if self.scaler.is_enabled() and self.scaler.get_scale() > 1.0:
+                    self.scaler.update()  # float16: the scaled gradient overflowed; skip it at half the scale
+                    overflowed += 1
+                    continue
                 raise self._diverged(f"the gradient of this update is not finite (norm {float(grad_norm)}); nothing "
                                      "was applied")
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             if not bool(torch.stack([torch.isfinite(p).all() for p in trained]).all()):  # one device sync
                 raise self._diverged("this update left weights that are not finite; they are not saved")
             self.scheduler.step()
@@ -348,6 +360,8 @@ class PolicyTrainer:
             "train/skipped_zero_adv": float(num_sequences - len(active) - masked),
             "train/masked_sequences": float(masked),
         })
+        if self.scaler.is_enabled():
+            out["train/fp16_skipped_updates"] = float(overflowed)
         return out
 
     @torch.no_grad()

@@ -181,6 +181,7 @@ class RolloutExecutor:
                  ) -> list[tuple[str, GenerationRequest]]:
         """Add the planner's requests to `groups`; the engine requests to run (reused prefixes first), with ids."""
         reused: list[tuple[str, GenerationOutput]] = []
+        caps: list[int] = []  # each reused response's request cap (a Request may set its own)
         fresh: list[tuple[str, GenerationRequest]] = []
         queue: list[tuple[str, GenerationRequest]] = []
         for r in requests:
@@ -190,11 +191,17 @@ class RolloutExecutor:
             self.totals["requested"] += r.n
             olds = self._from_bank(r.uid, r.n) if self.speculative and reuse else []
             reused += [(r.uid, o) for o in olds]
+            caps += [r.max_new_tokens or self.max_new_tokens] * len(olds)
             fresh += [(r.uid, self._request(r)) for _ in range(r.n - len(olds))]
         if reused:  # verified old responses: complete, or a prefix to continue first
             before = self._spec_stats()
-            items = self.engine.verify([self.prompt_ids[u] for u, _ in reused], [o for _, o in reused],  # type: ignore[attr-defined]
-                                       self.lenience, self.temperature, self.max_new_tokens)
+            items: list[Any] = [None] * len(reused)
+            for cap in sorted(set(caps)):  # verified under the cap its request asks for, as a fresh sample would be
+                idx = [i for i, c in enumerate(caps) if c == cap]
+                got = self.engine.verify([self.prompt_ids[reused[i][0]] for i in idx],  # type: ignore[attr-defined]
+                                         [reused[i][1] for i in idx], self.lenience, self.temperature, cap)
+                for i, item in zip(idx, got):
+                    items[i] = item
             for (uid, _), item in zip(reused, items):
                 if isinstance(item, GenerationOutput):
                     groups[uid].done.append(item)

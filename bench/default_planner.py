@@ -36,6 +36,7 @@ from pathlib import Path
 import yaml
 
 from rollwise.tracking import read_metrics
+from rollwise.ui import final_eval_missing
 
 STRATEGIES = ("uniform", "adaptive")
 
@@ -71,20 +72,22 @@ def result(run_dir: Path) -> dict | None:
     rows = read_metrics(run_dir)
     evals = [r for r in rows if "eval/accuracy" in r]
     steps = [r for r in rows if "time/step_s" in r]
-    if len(evals) < 2 or not steps or not finished(run_dir, steps[-1]):
+    if len(evals) < 2 or not steps or not finished(run_dir, steps[-1], rows):
         return None
     return {"before": evals[0]["eval/accuracy"], "after": evals[-1]["eval/accuracy"],
             "tokens": steps[-1]["rollout/tokens_total"], "rollouts": steps[-1]["rollout/rollouts_total"],
             "len_last": statistics.mean(r["rollout/response_len_mean"] for r in steps[-5:])}
 
 
-def finished(run_dir: Path, last: dict) -> bool:
+def finished(run_dir: Path, last: dict, rows: list[dict]) -> bool:
     """The run ended: it logged train.max_steps steps, or generated its train.max_rollout_tokens
-    (read from the run's config.yaml; a run without one has 40 steps, the default job's)."""
+    (read from the run's config.yaml; a run without one has 40 steps, the default job's), and its final
+    evaluation (eval.at_end) is in `rows`: a run killed during it has only a mid-run one as its last."""
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
     train_cfg = (cfg or {}).get("train") or {}
     cap = train_cfg.get("max_rollout_tokens")
-    return last["step"] >= train_cfg.get("max_steps", 40) or (cap is not None and last["rollout/tokens_total"] >= cap)
+    ended = last["step"] >= train_cfg.get("max_steps", 40) or (cap is not None and last["rollout/tokens_total"] >= cap)
+    return ended and not final_eval_missing(cfg or {}, rows, last["step"])
 
 
 def find_run(folders: list[Path], name: str) -> Path | None:
@@ -96,6 +99,7 @@ def find_run(folders: list[Path], name: str) -> Path | None:
 def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, also: list[Path] = (),
            table_name: str = "table.md") -> int:
     first, second = variants
+    seeds = list(dict.fromkeys(seeds))  # a seed given twice is one pair, not two
     found = {(s, st): find_run([out, *also], run_name(st, s)) for s in seeds for st in variants}
     runs = {key: result(d) for key, d in found.items() if d is not None}
     lines = [f"| seed | before | {first} after (gain) | {second} after (gain) | {second} - {first} | rollout tokens "
@@ -121,7 +125,7 @@ def report(out: Path, seeds: list[int], variants: tuple[str, str] = STRATEGIES, 
                f"{second} - {first} {100 * statistics.mean(diffs):+.1f}")
     if len(diffs) > 1:
         se = 100 * statistics.stdev(diffs) / len(diffs) ** 0.5
-        ratio = f"{100 * statistics.mean(diffs) / se:.1f} SE" if se > 0 else "the same difference on every seed"
+        ratio = f"{100 * statistics.mean(diffs) / se:.1f} SE" if se > 1e-9 else "the same difference on every seed"
         summary += (f" (SE {se:.1f}, {ratio}; mean - 2 SE "
                     f"{100 * statistics.mean(diffs) - 2 * se:+.1f}), {second} ahead on "
                     f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds")

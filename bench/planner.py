@@ -182,7 +182,7 @@ def mean_se(xs: list[float]) -> tuple[float, float]:
 
 
 def paired_summary(uni: dict[int, dict], seeds: dict[int, dict]) -> str | None:
-    """'| strategy | n | final - uniform (SE) | ahead on | share median | share <= 0.5 on | mean-curve share |'
+    """'| strategy | n | at uniform's tokens - uniform's final (SE) | ahead on | share median | share <= 0.5 on | mean-curve share |'
     cells."""
     both = sorted(s for s in seeds if s in uni)
     if not both:
@@ -313,7 +313,7 @@ def report(out: Path, seeds: list[int] | None = None, strategies: list[str] | No
             continue
         lines += ["", f"Paired with {base} on the same seed (points of accuracy; share of {base}'s tokens to reach "
                   "its final accuracy):", "",
-                  f"| strategy | seeds | final - {base} (SE) | ahead on | share, median | share <= 0.5 on "
+                  f"| strategy | seeds | at {base}'s tokens - {base}'s final (SE) | ahead on | share, median | share <= 0.5 on "
                   "| share on the mean curve [95% CI] |",
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {strategy} | {row}" for strategy, seeds in by.items()

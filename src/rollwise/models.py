@@ -160,6 +160,15 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
                     f"; it looks like a rollwise run or checkpoint: `rollwise eval {name_or_path}` evaluates it, and "
                     f"`rollwise export {name_or_path} OUT_DIR` writes a model folder to give here" if run else "")
             raise ModelError(f"model folder '{name_or_path}' has no config.json: not a Hugging Face model folder{hint}")
+        from transformers import AutoConfig
+
+        try:  # said here, before a run folder is made (a damaged config.json was a traceback in train's setup)
+            AutoConfig.from_pretrained(str(p), local_files_only=True)
+        except Exception as e:  # noqa: BLE001 - any reader failure becomes one clear line
+            raise ModelError(f"model folder '{name_or_path}': its config.json cannot be read: {type(e).__name__}: "
+                             f"{_error_text(e, 300).rstrip('.')}; restore the config.json of the model the weights "
+                             "came from (or upgrade transformers if it names an architecture this one does not know)"
+                             ) from None
         return str(p)
     near = difflib.get_close_matches(name_or_path.lower(), BUILTIN_MODELS, n=1, cutoff=0.85)
     if near and "/" not in name_or_path:  # a hub id has an owner; this is a built-in name misspelt
@@ -168,7 +177,8 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     return name_or_path
 
 
-HUB_HINT = " (hub ids need network access; use a local folder or smollm2-135m)"
+HUB_HINT = (" (a hub id needs network access or the Hugging Face cache: fetch it once with `hf download ID`, set "
+            "HF_HUB_OFFLINE=1 offline to read the cache without retries, or use a local folder or smollm2-135m)")
 # Files a tokenizer is saved in (transformers reads one of these; a folder with none has no tokenizer).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model", "tekken.json")
@@ -206,7 +216,7 @@ def _model_eos_id(path: str) -> int | None:
 
     for read in (GenerationConfig.from_pretrained, AutoConfig.from_pretrained):
         try:
-            eos = getattr(read(path), "eos_token_id", None)
+            eos = getattr(read(path, local_files_only=Path(path).exists()), "eos_token_id", None)
         except Exception:  # noqa: BLE001 - a missing or unreadable file: try the next one
             continue
         eos = eos[0] if isinstance(eos, list) and eos else eos
@@ -237,7 +247,8 @@ def load_tokenizer(path: str) -> Any:
 
     _check_tokenizer_files(path)
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        # a local folder: no network lookup at all (offline, the hub client retried for ~45 s before an error)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=Path(path).exists())
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
         raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {_error_text(e).rstrip('.')}"
                          f"{_tokenizer_hint(path)}") from None
@@ -249,10 +260,20 @@ def load_model(path: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        # a local folder: no network lookup (the adapter lookup takes its own copy of the flag, else it retries
+        # offline); a hub id downloads as transformers does (HF_HUB_OFFLINE=1 reads the cache only)
+        local = Path(path).exists()
+        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=local,
+                                                           adapter_kwargs={"local_files_only": local},
+                                                           output_loading_info=True)
     except Exception as e:  # noqa: BLE001
         hint = "" if Path(path).exists() else HUB_HINT
         raise ModelError(f"could not load model '{path}': {type(e).__name__}: {str(e).splitlines()[0]}{hint}") from None
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:  # transformers initialises them at random and only warns: training would start from noise there
+        raise ModelError(f"model '{path}': its weights do not match its config.json: {len(missing)} weights are "
+                         f"missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}), which transformers "
+                         "would fill with random values; restore the config.json of the model the weights came from")
     return model
 
 

@@ -25,7 +25,7 @@ EXAMPLES = """examples:
 def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
     config, overrides = None, []
     for it in items:
-        if "=" in it:
+        if "=" in it and not (it.endswith((".yaml", ".yml")) and Path(it).is_file()):  # runs/lr=1e-5/config.yaml
             overrides.append(it)
         elif config is None and (it.endswith((".yaml", ".yml")) or Path(it).is_file()):
             config = it
@@ -177,6 +177,11 @@ def memory_hint(command: str | None) -> str:
     if command == "eval":
         return ("Lower eval.batch_size (sequences evaluated together) or eval.max_completion_length, or evaluate "
                 "fewer items (data.eval_size).")
+    if command == "export":  # nothing of training's to lower: the whole model is held in float32
+        return ("Export holds the whole model in float32 (with LoRA, merged into the base) whatever --dtype writes: "
+                "free memory used by other processes, or export on a machine with more.")
+    if command == "simulate":
+        return "Run fewer processes at once (--workers), or lower --pool or --seeds."
     return ("Lower train.micro_batch_size (sequences per forward/backward), rollout.batch_size or rollout.num_slots "
             "(sequences generated together) or rollout.max_completion_length, or train LoRA adapters "
             "(model.lora.enabled=true). A run continues from its last checkpoint with `rollwise train --resume "
@@ -220,22 +225,43 @@ def interrupt_hint() -> str:
     return f"; continue from its last checkpoint with `rollwise train --resume {run_dir}`"
 
 
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (`| head` that has read its lines): the
+    system reports an error condition on its write end."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # no events asked: POLLERR and POLLHUP come regardless
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is no file (captured)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    from rollwise import ui
+    try:  # Ctrl-C while the imports below load torch (seconds) is said like one during the command
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and isinstance(getattr(args, "items", None), list) and not any(x.startswith("-") for x in extra):
+            args.items += extra  # KEY=VALUE on both sides of an option: `rollwise train A=1 --resume RUN B=2`
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from rollwise import ui
 
-    ui.active_run_dir = None  # set by `rollwise train` once its run folder is made
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    from rollwise.config import ConfigError
-    from rollwise.errors import RewardWorkerError, RolloutWorkerError, RunInUseError, TrainingDivergedError
-    from rollwise.models import ModelError
-    from rollwise.tracking import StorageError
-    from rollwise.training.checkpoint import CheckpointError
+        ui.active_run_dir = None  # set by `rollwise train` once its run folder is made
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 0
+        from rollwise.config import ConfigError
+        from rollwise.errors import RewardWorkerError, RolloutWorkerError, RunInUseError, TrainingDivergedError
+        from rollwise.models import ModelError
+        from rollwise.tracking import StorageError
+        from rollwise.training.checkpoint import CheckpointError
+    except KeyboardInterrupt:
+        print("rollwise: interrupted", file=sys.stderr)
+        return 130
 
     try:
         return int(args.func(args) or 0)
@@ -253,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"rollwise: error: out of memory ({first}). {memory_hint(args.command)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush says nothing
+        return 141  # as a tool killed by SIGPIPE (`rollwise options | head`)
     except OSError as e:
         where = f" writing {e.filename}" if e.filename else ""
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -266,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         if e.errno == errno.ENOTDIR:
             print(f"rollwise: error: {e.filename}: a part of this path is a file, not a folder; "
                   f"{write_hint(args.command)}", file=sys.stderr)
+            return 2
+        if e.errno == errno.EISDIR:  # `rollwise report RUN -o plots.png` where plots.png is a folder
+            print(f"rollwise: error: {e.filename} is a folder, not a file; {write_hint(args.command)}", file=sys.stderr)
             return 2
         raise
 

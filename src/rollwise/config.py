@@ -14,7 +14,16 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 # a file or folder option: `~` is expanded (a YAML file never expands it, nor does the shell after `KEY=`)
 PathStr = Annotated[str, AfterValidator(os.path.expanduser)]
@@ -26,6 +35,18 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML reads true/false, yes/no and on/off as booleans, which pydantic takes as 1 and 0 for a number
+        (train.max_steps=true trained one step)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            ann = cls.model_fields[info.field_name].annotation
+            kinds = {ann, *get_args(ann)}
+            if bool not in kinds and kinds & {int, float}:
+                raise ValueError("a number is needed, not a boolean (YAML reads true/false, yes/no and on/off as one)")
+        return value
 
 
 class LoraConfig(_Section):
@@ -841,7 +862,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             _set_dotted(tree, key, None if text == "optional" and raw in ("null", "~") else raw)
             continue
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
+            value = yaml.load(raw, Loader=_UniqueKeyLoader) if raw != "" else ""  # noqa: S506  (a SafeLoader)
         except yaml.YAMLError as e:
             raise ConfigError(f"override '{item}': value is not valid YAML ({e})") from None
         _set_dotted(tree, key, value)
@@ -920,7 +941,7 @@ def _format_errors(err: ValidationError) -> str:
             known = _fields_at(loc)
             close = difflib.get_close_matches(str(loc[-1]), known, n=1)
             hint = f" Did you mean '{'.'.join(str(p) for p in loc[:-1] + (close[0],))}'?" if close else ""
-            if str(loc[-1]) in TRL_NAMES and not close:
+            if str(loc[-1]) in TRL_NAMES:  # an exact TRL name: its key, not a look-alike here (save_steps != max_steps)
                 hint = f" TRL's {loc[-1]} is {TRL_NAMES[str(loc[-1])]} here."
             lines.append(f"unknown config key '{key}'.{hint} Known keys here: {', '.join(known)}")
         elif e["type"] == "literal_error":
@@ -967,8 +988,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys given beside it override the base's
+                continue
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
+            try:
+                hash(key)
+            except TypeError:  # a list as a key: SafeLoader's own error ("found unhashable key") names it
+                continue
             if key in seen:
                 raise _DuplicateKey(key, line, seen[key])
             seen[key] = line

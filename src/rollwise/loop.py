@@ -152,7 +152,7 @@ def prepare_run_dir(cfg: Config, resume: str | None, create: bool = True) -> tup
         if not (run_dir / "config.yaml").is_file():
             raise FileNotFoundError(f"--resume {resume}: no config.yaml there; not a rollwise run folder")
         lock_run_dir(run_dir)
-        return run_dir, cfg
+        return run_dir, absolute_paths(cfg) if create else cfg  # an override's local file as a fresh start's
     name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir) / name
     if run_dir.is_dir():  # an earlier attempt's folder: not while that attempt still runs
@@ -432,7 +432,13 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             raise CheckpointError(f"{ckpt} cannot continue with this config{changed}: the planner state saved there "
                                   f"does not fit this run's planner ({detail}). Resume without the changed planner "
                                   "settings, or start a new run") from e
-        run.replay_bank = fit_replay_bank(state["extra"]["replay_bank"], planner, cfg, changes or {})
+        bank_changes = dict(changes or {})
+        scored = state["extra"].get("reward")  # the reward settings the bank was scored under (None: older checkpoints)
+        if scored is not None:  # config.yaml may hold an earlier resume's settings that never reached a checkpoint
+            now = config_to_dict(cfg)["reward"]
+            bank_changes = {**{k: v for k, v in bank_changes.items() if not k.startswith("reward.")},
+                            **{f"reward.{k}": [scored.get(k), v] for k, v in now.items() if scored.get(k) != v}}
+        run.replay_bank = fit_replay_bank(state["extra"]["replay_bank"], planner, cfg, bank_changes)
         run.totals = state["extra"]["totals"]
         if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
             run.best.load_state_dict(state["extra"]["best"])
@@ -683,7 +689,8 @@ def step_metrics(run: Run, p: Produced, metrics: dict[str, float]) -> dict[str, 
     """Add one step's rollout, reward and time metrics to the trainer's."""
     run.totals["rollouts"] += len(p.generated)
     run.totals["tokens"] += p.tokens
-    trained = [s for s in p.batch if not s.stop_gradient]
+    # a step that trains nothing (every group discarded, say all correct) reports what it generated, not 0
+    trained = [s for s in p.batch if not s.stop_gradient] or p.generated
     metrics.update(p.executor_metrics)
     metrics.update({
         "rollout/reward_mean": _mean([s.reward for s in trained]),
@@ -765,10 +772,11 @@ def is_checkpoint_step(cfg: Config, step: int) -> bool:
 
 
 def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's `extra`: planner, replay bank, totals and best evaluation, the training set's
-    digest, plus the rollout side's state."""
+    """The checkpoint's `extra`: planner, replay bank (and the reward settings it was scored under), totals
+    and best evaluation, the training set's digest, plus the rollout side's state."""
     return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
-            "best": run.best.state_dict(), "data": data_digest(run), **rollout_state}
+            "best": run.best.state_dict(), "data": data_digest(run), "reward": config_to_dict(run.cfg)["reward"],
+            **rollout_state}
 
 
 def data_digest(run: Run) -> str:

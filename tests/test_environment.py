@@ -86,3 +86,20 @@ def test_the_built_in_model_says_how_to_install_it_and_converts_once(tmp_path, m
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")  # converted before: used as it is, the package not needed
     assert models.resolve_model_path("smollm2-135m") == str(folder)
+
+
+def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):
+    # os.cpu_count() counts the machine's cores: under `taskset -c 0` a run took 2 threads on 1 core
+    import os
+
+    import torch
+
+    from rollwise.environment import usable_cores
+    from rollwise.loop import set_threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        assert usable_cores() == 1 and set_threads(None) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -63,11 +63,20 @@ def cpu_flags() -> set[str] | None:
     return _model_and_flags()[1] or None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (taskset, a container's cpuset, a cluster job's
+    allocation), which os.cpu_count() ignores (it counts the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity call (macOS, Windows)
+        return os.cpu_count() or 1
+
+
 def _cpu() -> dict[str, Any]:
     model, flags = _model_and_flags()
     model = model or platform.processor() or platform.machine()
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
-    return {"model": model, "cores": os.cpu_count(), "flags": sorted(f for f in CPU_FLAGS if f in flags),
+    return {"model": model, "cores": os.cpu_count(), "usable_cores": usable_cores(), "flags": sorted(f for f in CPU_FLAGS if f in flags),
             "torch_capability": capability}
 
 

@@ -36,7 +36,7 @@ from rollwise.data.tasks import repeated_questions_note
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine, check_context_length
-from rollwise.environment import record_environment, replace_text
+from rollwise.environment import record_environment, replace_text, usable_cores
 from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
     BUILTIN_MODELS,
@@ -94,7 +94,7 @@ def seed_everything(seed: int) -> None:
 
 
 def set_threads(n: int | None) -> int:
-    n = n or os.cpu_count() or 1
+    n = n or usable_cores()  # the cores this process may use, not the machine's (two runs on 2 cores: 50x slower)
     torch.set_num_threads(n)
     return n
 

@@ -6,7 +6,6 @@ Read `train()` in one sitting; everything it calls is a small piece with its own
 from __future__ import annotations
 
 import itertools
-import os
 import random
 import sys
 import time

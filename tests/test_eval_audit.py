@@ -94,3 +94,21 @@ def test_reasoning_gym_leaves_the_case_of_a_lettered_answer_to_the_tasks_own_sco
     it = PromptItem(uid="c", task="caesar_cipher", question=entry["question"], answer=entry["answer"], entry=entry)
     assert rg_reward(f"The answer is {entry['answer']}", it) == 1.0
     assert rg_reward(f"The answer is {entry['answer'].lower()}", it) == 0.0
+
+
+def test_rollwise_eval_takes_one_model_and_reads_a_run_folder_named_with_an_equals_sign(tiny_model_dir, tmp_path):
+    # `rollwise eval MODEL_A model.name_or_path=B` evaluated B without a word; `runs/lr=1e-5` was read as an override
+    from rollwise.config import ConfigError
+    from rollwise.evalcmd import _target_config
+
+    with pytest.raises(ConfigError, match="two models; give the model once"):
+        _target_config(str(tiny_model_dir), [f"model.name_or_path={tmp_path}"])
+    cfg, _ = _target_config(str(tiny_model_dir), [f"model.name_or_path={tiny_model_dir}"])  # the same one: fine
+    folder = tmp_path / "lr=1e-5"
+    folder.mkdir()
+    (folder / "config.json").write_text((tiny_model_dir / "config.json").read_text())
+    for f in tiny_model_dir.iterdir():
+        if f.is_file() and f.name != "config.json":
+            (folder / f.name).write_bytes(f.read_bytes())
+    cfg, _ = _target_config(str(folder), [])
+    assert cfg.model.name_or_path == str(folder)

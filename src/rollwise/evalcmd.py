@@ -43,7 +43,7 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     from rollwise.training.checkpoint import latest_checkpoint
 
     config, overrides = _split_args(items)
-    if target and (target.endswith((".yaml", ".yml")) or "=" in target):
+    if target and (target.endswith((".yaml", ".yml")) or ("=" in target and not Path(target).exists())):  # runs/lr=1e-5
         config, overrides = _split_args([target, *items])
         target = None
     given = leaves(parse_overrides(overrides)) if command == "eval" else {}
@@ -78,6 +78,10 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
         if not t.exists() and looks_local(target):
             raise FileNotFoundError(f"'{target}' not found: give a run folder (runs/<name>), a checkpoint folder "
                                     "(runs/<name>/checkpoints/step_N) or a model folder")
+        named = leaves(parse_overrides(overrides)).get("model.name_or_path")
+        if named is not None and str(named) != target:  # the later one won silently: the model asked for was not read
+            raise ConfigError(f"rollwise {command} {target} model.name_or_path={named}: two models; give the model once, "
+                              "as the target or as model.name_or_path")
         overrides = [f"model.name_or_path={target}", *overrides]
     return load_config(config, overrides), ckpt
 

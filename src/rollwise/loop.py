@@ -437,6 +437,11 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
             now = config_to_dict(cfg)["reward"]
             bank_changes = {**{k: v for k, v in bank_changes.items() if not k.startswith("reward.")},
                             **{f"reward.{k}": [scored.get(k), v] for k, v in now.items() if scored.get(k) != v}}
+        cap = state["extra"].get("reward_cap")  # the length cap it was scored under (None: older checkpoints)
+        if cap is not None:
+            bank_changes = {k: v for k, v in bank_changes.items() if k != "rollout.max_completion_length"}
+            if cap != cfg.rollout.max_completion_length:
+                bank_changes["rollout.max_completion_length"] = [cap, cfg.rollout.max_completion_length]
         run.replay_bank = fit_replay_bank(state["extra"]["replay_bank"], planner, cfg, bank_changes)
         run.totals = state["extra"]["totals"]
         if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
@@ -750,7 +755,9 @@ def fit_replay_bank(bank: dict[str, dict[str, Any]], planner: Any, cfg: Config,
     """The checkpoint's replay bank under the settings a resume changed: responses scored under other
     reward settings (any reward.* changed) are dropped, and those below a raised planner.success_threshold;
     the replay part forgets that their prompts were solved. Unchanged settings keep the bank whole."""
-    rescored = any(k.startswith("reward.") for k in changes)
+    # the length cap is part of the reward where reward.overlong_buffer or reward.truncated_reward reads it
+    rescored = any(k.startswith("reward.") for k in changes) or ("rollout.max_completion_length" in changes and (
+        bool(cfg.reward.overlong_buffer) or cfg.reward.truncated_reward is not None))
     if rescored:
         keep: dict[str, dict[str, Any]] = {}
     else:
@@ -775,6 +782,7 @@ def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
     and best evaluation, the training set's digest, plus the rollout side's state."""
     return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
             "best": run.best.state_dict(), "data": data_digest(run), "reward": config_to_dict(run.cfg)["reward"],
+            "reward_cap": run.cfg.rollout.max_completion_length,
             **rollout_state}
 
 

@@ -696,6 +696,61 @@ def _planner_draws(c: Config) -> bool:
             or (screen_allocator(c.planner) and part(c.planner, "estimator") != "irt"))
 
 
+def _follows_up(c: Config) -> bool:
+    """Whether the planner asks for more samples within a step: a part with extra rounds (adaptive's probe
+    top-ups and growth, ar3po's stages, dapo's back-fill, dars's second round), unless its settings leave it
+    none (planner.screen_followup=next_step, planner.ar3po_stages=1)."""
+    from rollwise.planner.allocators import ALLOCATORS, Allocator
+    from rollwise.planner.base import follows_up
+    from rollwise.planner.selectors import SELECTORS, Selector
+    from rollwise.planner.strategies import part
+
+    pl = c.planner
+    sel, alloc = part(pl, "selector"), part(pl, "allocator")
+    if sel in SELECTORS and follows_up(SELECTORS[sel], Selector):
+        return True
+    return (alloc in ALLOCATORS and follows_up(ALLOCATORS[alloc], Allocator)
+            and not (alloc == "screen" and pl.screen_followup == "next_step")
+            and not (alloc == "staged" and pl.ar3po_stages == 1))
+
+
+def _overlaps(c: Config) -> bool:
+    """Whether rollout.overlap_rounds decides anything: follow-up rounds that could join the running round."""
+    from rollwise.planner.strategies import whole_round_parts
+
+    r, d = c.rollout, c.distributed
+    return (r.engine != "hf" and not r.partial_rollouts and not (d.async_training or d.backend == "ray")
+            and not whole_round_parts(c.planner) and _follows_up(c))
+
+
+def _counts_successes(c: Config) -> bool:
+    """Whether a part of the planner decides by successes (reward >= planner.success_threshold): the parts that
+    read the estimator's belief, GRESO's skips, AR3PO's and DARS's extra samples, and replay."""
+    from rollwise.planner.strategies import BELIEF_ALLOCATORS, BELIEF_SELECTORS, part
+
+    pl = c.planner
+    sel, alloc = part(pl, "selector"), part(pl, "allocator")
+    return ((sel in BELIEF_SELECTORS and pl.candidate_factor > 1) or sel == "skip"
+            or alloc in (*BELIEF_ALLOCATORS, "staged", "hardness") or part(pl, "repair") == "replay")
+
+
+def _grows(c: Config) -> bool:
+    """Whether a group may get more than rollout.num_generations samples (planner.max_samples_per_prompt unset
+    or above it): at num_generations neither the screen allocator's growth nor DARS's extra samples happen."""
+    top = c.planner.max_samples_per_prompt
+    return top is None or top > c.rollout.num_generations
+
+
+def _best_compared(c: Config) -> bool:
+    """Whether an evaluation is compared with an earlier best: an early-stopping patience that can be reached,
+    or eval.save_best with at least two evaluations (the first one is always the best)."""
+    e = c.eval
+    if c.data.eval_size == 0:
+        return False
+    return ((e.early_stopping_patience > 0 and _evals_before_end(c) > e.early_stopping_patience)
+            or (e.save_best and _evals_before_end(c) + int(e.at_end) >= 2))
+
+
 # option -> (when it is read, that condition in words)
 _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.cache_dir": (_builtin_model, "the built-in model as model.name_or_path"),
@@ -705,6 +760,8 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.lora.target_modules": (lambda c: c.model.lora.enabled, _LORA),
     "data.system_prompt": (lambda c: c.data.use_chat_template, "data.use_chat_template=true"),
     "reward.overlong_penalty": (lambda c: c.reward.overlong_buffer > 0, "reward.overlong_buffer > 0"),
+    "reward.overlong_buffer": (lambda c: c.reward.overlong_penalty > 0,
+                               "reward.overlong_penalty > 0 (a penalty of 0 lowers no reward)"),
     "rollout.prompts_per_step": (lambda c: c.planner.budget_rollouts is None and c.planner.budget_tokens is None,
                                  "no planner.budget_rollouts or budget_tokens (a budget sets the step's size)"),
     "rollout.batch_size": (lambda c: c.rollout.engine != "vllm", "rollout.engine=hf or continuous"),
@@ -716,6 +773,12 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "rollout.spec_lenience": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.spec_topk": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.num_slots": (lambda c: c.rollout.engine == "continuous", "rollout.engine=continuous"),
+    "rollout.overlap_rounds": (_overlaps, "a planner that asks for follow-up rounds within a step (adaptive's "
+                               "probe top-ups and growth with planner.screen_followup=same_step, ar3po's stages with "
+                               "planner.ar3po_stages > 1), on the continuous or vllm engine in the synchronous loop "
+                               "without partial rollouts (dapo's and dars's extra rounds are decided from a whole "
+                               "round; the other planners ask for all of a step's samples at once: nothing to "
+                               "overlap)"),
     "rollout.vllm_gpu_memory_utilization": (lambda c: c.rollout.engine == "vllm", "rollout.engine=vllm"),
     "algo.tis_cap": (lambda c: c.algo.offpolicy_correction == "tis", "algo.offpolicy_correction=tis"),
     "algo.decoupled_cap": (lambda c: c.algo.offpolicy_correction == "decoupled", "algo.offpolicy_correction=decoupled"),
@@ -750,6 +813,35 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "planner.length_ema": (lambda c: c.planner.budget_tokens is not None, "planner.budget_tokens"),
     "planner.seed": (_planner_draws, "a planner with random choices: selector skip or posterior, or the screen "
                      "allocator with an estimator other than irt"),
+    "planner.stratify": (lambda c: len(c.data.tasks) > 1, "more than one task in data.tasks (with one, its share "
+                         "of the selected prompts is all of them: the top-scored candidates are chosen either way)"),
+    "planner.stratify_rollouts": (lambda c: len(c.data.tasks) > 1 and _grows(c),
+                                  "more than one task in data.tasks (with one, its share of the budget is the step's "
+                                  "budget) and planner.max_samples_per_prompt unset or above rollout.num_generations "
+                                  "(at num_generations no group grows)"),
+    "planner.group_prior": (lambda c: len(c.data.tasks) > 1,
+                            "more than one task in data.tasks (with one, the task's prior is the pool's)"),
+    "planner.screen_growth": (_grows, "planner.max_samples_per_prompt unset or above rollout.num_generations (at "
+                              "num_generations no group grows)"),
+    "planner.dars_schedule": (_grows, "planner.max_samples_per_prompt unset or above rollout.num_generations (at "
+                              "num_generations DARS adds no sample)"),
+    "planner.vade_fast_decay": (lambda c: c.planner.vade_fast_weight > 0,
+                                "planner.vade_fast_weight > 0 (the fast scale's share of the belief)"),
+    "planner.vade_slow_decay": (lambda c: c.planner.vade_fast_weight < 1,
+                                "planner.vade_fast_weight below 1 (the slow scale's share is 1 - vade_fast_weight)"),
+    "planner.staged_rule": (lambda c: c.planner.ar3po_stages > 1,
+                            "planner.ar3po_stages > 1 (the rule decides which prompts get another stage)"),
+    "planner.greso_zero_variance_target": (lambda c: c.planner.greso_explore_step > 0,
+                                           "planner.greso_explore_step > 0 (the target decides which way the "
+                                           "exploration probabilities step)"),
+    "planner.greso_explore_min": (lambda c: c.planner.greso_explore_step > 0
+                                  or c.planner.greso_explore_init < c.planner.greso_explore_min,
+                                  "planner.greso_explore_step > 0, or planner.greso_explore_init below it (with a "
+                                  "step of 0 the exploration probabilities stay at greso_explore_init)"),
+    "planner.greso_explore_max": (lambda c: c.planner.greso_explore_step > 0
+                                  or c.planner.greso_explore_init > c.planner.greso_explore_max,
+                                  "planner.greso_explore_step > 0, or planner.greso_explore_init above it (with a "
+                                  "step of 0 the exploration probabilities stay at greso_explore_init)"),
     "eval.every_n_steps": (lambda c: c.data.eval_size > 0 and c.eval.every_n_steps < c.train.max_steps,
                            "data.eval_size > 0 (held-out items to evaluate on) and eval.every_n_steps below "
                            "train.max_steps (the last step's evaluation is eval.at_end's)"),
@@ -770,8 +862,11 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                   f"mask_resumed: {_CARRIES} or {_IN_FLIGHT} (only they leave tokens of an older "
                                   "version in a sample)"),
     "eval.save_best": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and data.eval_size > 0)"),
-    "eval.early_stopping_min_delta": (lambda c: c.eval.early_stopping_patience > 0 or c.eval.save_best,
-                                      "eval.early_stopping_patience > 0 or eval.save_best=true"),
+    "eval.early_stopping_min_delta": (_best_compared,
+                                      "an evaluation compared with an earlier best (data.eval_size > 0): an "
+                                      "eval.early_stopping_patience that can be reached, or eval.save_best=true with "
+                                      "at least two evaluations (eval.at_start, every_n_steps, at_end; the first is "
+                                      "always the best)"),
 }
 
 
@@ -812,6 +907,14 @@ def unused_settings(cfg: Config) -> list[str]:
     unread = belief_unread(cfg.planner)
     if unread:
         out.append(unread)
+    pl = cfg.planner
+    if pl.success_threshold != type(pl).model_fields["success_threshold"].default and not _counts_successes(cfg):
+        from rollwise.planner.strategies import part
+
+        out.append(f"planner.success_threshold={pl.success_threshold:g} decides which samples count as successes, "
+                   f"which no part of strategy '{pl.strategy}' (selector '{part(pl, 'selector')}', allocator "
+                   f"'{part(pl, 'allocator')}', repair '{part(pl, 'repair')}') reads: it changes only the metrics "
+                   "planner/brier, planner/all_wrong_share and rollout/success_not_correct_frac")
     rewards = cfg.reward.functions
     if all(":" not in r.name for r in rewards):  # built-in functions score in [0, 1]; a user's may not
         top = sum(max(r.weight, 0.0) for r in rewards)

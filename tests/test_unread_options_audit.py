@@ -153,3 +153,12 @@ def test_overlapped_rounds_change_nothing_trained_for_a_planner_without_follow_u
     for strategy in ("uniform", "knapsack"):
         assert _trained(2, strategy=strategy) == _trained(2, overlap=True, strategy=strategy)
     assert _trained(2, strategy="ar3po", ar3po_stages=1) == _trained(2, overlap=True, strategy="ar3po", ar3po_stages=1)
+
+
+def test_one_sample_per_prompt_with_a_fixed_allocator_is_refused():
+    # every group of one sample has advantage 0: the run would train nothing, step after step
+    from rollwise.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"num_generations=1 .*advantage .* is 0"):
+        load_config(None, ["rollout.num_generations=1", "planner.strategy=uniform"])
+    load_config(None, ["rollout.num_generations=1", "planner.strategy=knapsack"])  # it gives groups of 2 or more

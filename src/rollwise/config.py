@@ -581,7 +581,7 @@ class Config(_Section):
             raise ValueError(f"reward.overlong_buffer ({self.reward.overlong_buffer}) must be below "
                              f"rollout.max_completion_length ({self.rollout.max_completion_length}): the punishment "
                              "starts that many tokens before the cap")
-        from rollwise.planner.strategies import screen_allocator, unused_options, whole_round_parts  # no config import
+        from rollwise.planner.strategies import part, screen_allocator, unused_options, whole_round_parts  # no config import
 
         why = unused_options(self.planner)
         if why:
@@ -591,6 +591,10 @@ class Config(_Section):
             raise ValueError(f"planner.screen_size ({pl.screen_size}) must be below rollout.num_generations "
                              f"({self.rollout.num_generations}): a probe that large is a whole group, so the screen "
                              "allocator would never probe")
+        if self.rollout.num_generations == 1 and part(pl, "allocator") == "fixed":
+            raise ValueError(f"rollout.num_generations=1 with strategy '{pl.strategy}' (allocator 'fixed'): every group "
+                             f"is one sample, whose advantage against its group's mean is 0 (algo.advantage="
+                             f"{self.algo.advantage}), so the policy loss trains nothing; give 2 or more (8 is usual)")
         if pl.budget_rollouts is not None and pl.budget_tokens is not None:
             raise ValueError(f"planner.budget_rollouts ({pl.budget_rollouts}) and planner.budget_tokens "
                              f"({pl.budget_tokens}) are both set; a step's budget is in one unit: keep one")

@@ -581,7 +581,12 @@ class Config(_Section):
             raise ValueError(f"reward.overlong_buffer ({self.reward.overlong_buffer}) must be below "
                              f"rollout.max_completion_length ({self.rollout.max_completion_length}): the punishment "
                              "starts that many tokens before the cap")
-        from rollwise.planner.strategies import part, screen_allocator, unused_options, whole_round_parts  # no config import
+        from rollwise.planner.strategies import (  # no config import
+            part,
+            screen_allocator,
+            unused_options,
+            whole_round_parts,
+        )
 
         why = unused_options(self.planner)
         if why:

@@ -369,7 +369,8 @@ class PlannerConfig(_Section):
     )
     max_samples_per_prompt: int | None = Field(
         None, gt=0, description="Most samples one prompt gets in a step (None = strategy default: screen (adaptive) "
-        "2x, knapsack 16x, e3 1.5x, dars et 4x / hw 8x num_generations)."
+        "2x, knapsack 16x, e3 1.5x, dars et 4x / hw 8x num_generations; for adaptive and dars, which give a prompt "
+        "num_generations before they add any, at least num_generations)."
     )
     success_threshold: float = Field(
         0.5, description="A reward at or above this counts as a success (the planner's belief, "

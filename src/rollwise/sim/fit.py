@@ -125,7 +125,13 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
     out: list[Visit] = []
     signal = 0.0
     for r in sorted(rows, key=lambda r: r["step"]):
-        groups = r.get("rollout/groups", [])
+        if "rollout/groups" not in r:  # a step logged by an older rollwise: its prompts are unknown, so no later
+            if not seen:               # group is known to be a first visit (it may be a revisit chosen by outcome)
+                raise FitError(f"{run_dir}: step {r['step']} was logged with no rollout/groups (a rollwise older than "
+                               "`simulate --fit`), so no later group is known to be a prompt's first visit; fit a "
+                               "run trained from its start with this version")
+            break
+        groups = r["rollout/groups"]
         for uid, outcomes, *_ in groups:  # runs since 2026-12-04 add the response lengths
             if uid in seen:
                 continue
@@ -243,6 +249,13 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
         raise FitError(f"only {len(visits)} prompts were rolled out for the first time in the steps fitted; "
                        f"at least {min_groups} are needed: raise --fit-steps or fit a longer run")
     tasks = sorted({v.task for v in visits})
+    for t in tasks:  # a task all wrong (or all right) has its level's maximum at infinity: nothing to fit
+        got = [v for v in visits if v.task == t]
+        if all(v.correct == 0 for v in got) or all(v.correct == v.n for v in got):
+            what = "wrong" if got[0].correct == 0 else "correct"
+            raise FitError(f"every sample of the {len(got)} first visits of task {t} was {what}: its level is beyond "
+                           "what the rollouts can measure; fit more steps (--fit-steps) or a run where the task's "
+                           f"prompts are sometimes {'solved' if what == 'wrong' else 'failed'}")
     learn = len({v.signal for v in visits}) > 1  # first visits at different points of training
     growth = growth and learn
     counts = Counter((tasks.index(v.task), v.n, v.correct, v.signal) for v in visits)

@@ -761,6 +761,10 @@ def _best_compared(c: Config) -> bool:
             or (e.save_best and _evals_before_end(c) + int(e.at_end) >= 2))
 
 
+_GROWS_WHEN = ("planner.max_samples_per_prompt unset or above rollout.num_generations (at num_generations no group "
+               "grows)")
+_GRESO_BOUND_WHEN = ("planner.greso_explore_step > 0, or planner.greso_explore_init {} it (with a step of 0 the "
+                     "exploration probabilities stay at greso_explore_init)")
 # option -> (when it is read, that condition in words)
 _READ_WHEN: dict[str, tuple[Any, str]] = {
     "model.cache_dir": (_builtin_model, "the built-in model as model.name_or_path"),
@@ -827,14 +831,11 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                          "of the selected prompts is all of them: the top-scored candidates are chosen either way)"),
     "planner.stratify_rollouts": (lambda c: len(c.data.tasks) > 1 and _grows(c),
                                   "more than one task in data.tasks (with one, its share of the budget is the step's "
-                                  "budget) and planner.max_samples_per_prompt unset or above rollout.num_generations "
-                                  "(at num_generations no group grows)"),
+                                  f"budget) and {_GROWS_WHEN}"),
     "planner.group_prior": (lambda c: len(c.data.tasks) > 1,
                             "more than one task in data.tasks (with one, the task's prior is the pool's)"),
-    "planner.screen_growth": (_grows, "planner.max_samples_per_prompt unset or above rollout.num_generations (at "
-                              "num_generations no group grows)"),
-    "planner.dars_schedule": (_grows, "planner.max_samples_per_prompt unset or above rollout.num_generations (at "
-                              "num_generations DARS adds no sample)"),
+    "planner.screen_growth": (_grows, _GROWS_WHEN),
+    "planner.dars_schedule": (_grows, _GROWS_WHEN),
     "planner.vade_fast_decay": (lambda c: c.planner.vade_fast_weight > 0,
                                 "planner.vade_fast_weight > 0 (the fast scale's share of the belief)"),
     "planner.vade_slow_decay": (lambda c: c.planner.vade_fast_weight < 1,
@@ -846,12 +847,10 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                                            "exploration probabilities step)"),
     "planner.greso_explore_min": (lambda c: c.planner.greso_explore_step > 0
                                   or c.planner.greso_explore_init < c.planner.greso_explore_min,
-                                  "planner.greso_explore_step > 0, or planner.greso_explore_init below it (with a "
-                                  "step of 0 the exploration probabilities stay at greso_explore_init)"),
+                                  _GRESO_BOUND_WHEN.format("below")),
     "planner.greso_explore_max": (lambda c: c.planner.greso_explore_step > 0
                                   or c.planner.greso_explore_init > c.planner.greso_explore_max,
-                                  "planner.greso_explore_step > 0, or planner.greso_explore_init above it (with a "
-                                  "step of 0 the exploration probabilities stay at greso_explore_init)"),
+                                  _GRESO_BOUND_WHEN.format("above")),
     "eval.every_n_steps": (lambda c: c.data.eval_size > 0 and c.eval.every_n_steps < c.train.max_steps,
                            "data.eval_size > 0 (held-out items to evaluate on) and eval.every_n_steps below "
                            "train.max_steps (the last step's evaluation is eval.at_end's)"),

@@ -15,14 +15,10 @@ try:
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from test_input_files import answers
+
 from rollwise.config import ConfigError, DataConfig, TaskSpec
 from rollwise.data import build_items
-
-
-def answers(path: Path) -> dict[str, str]:
-    train, evals = build_items(DataConfig(tasks=[TaskSpec(name="f", path=str(path))], train_size=100, eval_size=0),
-                               seed=0)
-    return {i.question: i.answer for i in train + evals}
 
 
 def test_a_csv_row_with_an_unquoted_comma_is_an_error_naming_its_line(tmp_path: Path) -> None:

@@ -20,18 +20,12 @@ def _bank(run, step: int) -> dict:
     return state["extra"]["replay_bank"]
 
 
-def test_a_replay_bank_scored_under_other_rewards_is_dropped_by_a_second_resume_too(tiny_model_dir, tmp_path,
-                                                                                      monkeypatch, capsys):
-    """A resume that changes reward.* drops the checkpoint's replay bank, but config.yaml already holds the new
-    settings once the checkpoint has loaded: killed before its next checkpoint and resumed again, the run saw no
-    change and kept replaying the responses scored under the old rewards as solved anchors."""
+def resume_killed_then_again(run, change: str, monkeypatch, capsys) -> list[dict]:
+    """Resume `run` with `change`, killed at step 3 before its next checkpoint (the change is said), then resume
+    it again to the end: the replay banks the second resume fitted."""
     import rollwise.loop as loop
     from rollwise.training.policy import PolicyTrainer
 
-    extra = ["eval.at_start=false", "eval.at_end=false", "planner.repair=replay", "planner.success_threshold=0.1"]
-    assert main(["train", *_args(tiny_model_dir, tmp_path, "rb", 2, extra)]) == 0
-    run = tmp_path / "rb"
-    assert _bank(run, 2), "no response banked: the test needs one"
     real = PolicyTrainer.update
 
     def killed(self, *a, **k):
@@ -39,13 +33,26 @@ def test_a_replay_bank_scored_under_other_rewards_is_dropped_by_a_second_resume_
 
     monkeypatch.setattr(PolicyTrainer, "update", killed)
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "train.max_steps=4", "reward.overlong_buffer=4"]) == 130
+    assert main(["train", "--resume", str(run), "train.max_steps=4", change]) == 130
     assert "the reward settings changed" in capsys.readouterr().err
     monkeypatch.setattr(PolicyTrainer, "update", real)
-    kept = []
+    kept: list[dict] = []
     fit = loop.fit_replay_bank
-    monkeypatch.setattr(loop, "fit_replay_bank", lambda *a: kept.append(fit(*a)) or kept[-1])
+    monkeypatch.setattr(loop, "fit_replay_bank", lambda *a: kept.append(dict(fit(*a))) or dict(kept[-1]))
     assert main(["train", "--resume", str(run)]) == 0
+    return kept
+
+
+def test_a_replay_bank_scored_under_other_rewards_is_dropped_by_a_second_resume_too(tiny_model_dir, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """A resume that changes reward.* drops the checkpoint's replay bank, but config.yaml already holds the new
+    settings once the checkpoint has loaded: killed before its next checkpoint and resumed again, the run saw no
+    change and kept replaying the responses scored under the old rewards as solved anchors."""
+    extra = ["eval.at_start=false", "eval.at_end=false", "planner.repair=replay", "planner.success_threshold=0.1"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "rb", 2, extra)]) == 0
+    run = tmp_path / "rb"
+    assert _bank(run, 2), "no response banked: the test needs one"
+    kept = resume_killed_then_again(run, "reward.overlong_buffer=4", monkeypatch, capsys)
     assert kept == [{}], "the bank scored without reward.overlong_buffer came back"
     assert "the reward settings changed" in capsys.readouterr().err
     assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4]

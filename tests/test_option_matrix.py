@@ -33,14 +33,14 @@ MODES = {  # name: (partial rollouts, overlapped rounds, speculative reuse); ove
     "spec": (False, False, True), "partial+spec": (True, False, True), "overlap+spec": (False, True, True)}
 
 
-def _build(strategy: str, mode: str, budget: int | None, **planner):
+def _build(strategy: str, mode: str, budget: int | None, tasks: int = 2, **planner):
     """The planner (PlannerConfig fields in `planner` override the strategy's and the token budget), executor
-    and scripted engine of a run over UIDS, split between two tasks (t0:q0, t1:q1, ...)."""
+    and scripted engine of a run over UIDS, split among `tasks` tasks (t0:q0, t1:q1, ...)."""
     partial, overlap, spec = MODES[mode]
     name, _, followup = strategy.partition(":")
     cfg = PlannerConfig(**{"strategy": name, "seed": 0, "budget_tokens": budget,
                            "screen_followup": followup or "same_step", **planner})
-    uids = [f"t{i % 2}:{u}" for i, u in enumerate(UIDS)]
+    uids = [f"t{i % tasks}:{u}" for i, u in enumerate(UIDS)]
     ids = {u: [100 + i] for i, u in enumerate(uids)}
     run = SimpleNamespace(planner=build_planner(cfg, uids, 8, 8, 64, 0, prompt_lengths=[4 + i % 7 for i in range(len(uids))]),
                           runner=pb.Scorer(), tokenizer=SimpleNamespace(decode=lambda ids, **kw: str(ids[-1])),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from test_e2e import TESTS, _args
+from test_loop_audit import resume_killed_then_again
 
 from rollwise.cli import main
 from rollwise.config import load_config
@@ -46,27 +47,11 @@ def test_a_replay_bank_scored_under_another_length_cap_is_dropped_by_a_second_re
                                                                                          monkeypatch, capsys):
     """config.yaml holds the new cap once the checkpoint has loaded: a run killed before its next checkpoint
     and resumed again saw no change and kept the responses scored (overlong punishment) under the old cap."""
-    import rollwise.loop as loop
-    from rollwise.training.policy import PolicyTrainer
-
     extra = ["eval.at_start=false", "eval.at_end=false", "planner.repair=replay", "planner.success_threshold=0.1",
              "reward.overlong_buffer=2", "reward.overlong_penalty=0.05"]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "cap", 2, extra)]) == 0
     run = tmp_path / "cap"
     state = torch.load(run / "checkpoints" / "step_000002" / "state.pt", weights_only=False)
     assert state["extra"]["replay_bank"], "no response banked: the test needs one"
-    real = PolicyTrainer.update
-
-    def killed(self, *a, **k):
-        raise KeyboardInterrupt  # step 3, before the next checkpoint
-
-    monkeypatch.setattr(PolicyTrainer, "update", killed)
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run), "train.max_steps=4", "rollout.max_completion_length=6"]) == 130
-    assert "the reward settings changed" in capsys.readouterr().err
-    monkeypatch.setattr(PolicyTrainer, "update", real)
-    kept = []
-    fit = loop.fit_replay_bank
-    monkeypatch.setattr(loop, "fit_replay_bank", lambda *a: kept.append(dict(fit(*a))) or dict(kept[-1]))
-    assert main(["train", "--resume", str(run)]) == 0
+    kept = resume_killed_then_again(run, "rollout.max_completion_length=6", monkeypatch, capsys)
     assert kept == [{}], "the bank scored under rollout.max_completion_length=8 came back"

@@ -5,22 +5,11 @@ tests/test_option_matrix.py, with and without the option: the samples trained ar
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import SimpleNamespace
-
 import pytest
+from test_option_matrix import _build
 
-from rollwise.config import PlannerConfig, RewardConfig, load_config, unused_settings
-from rollwise.engine.executor import RolloutExecutor
-from rollwise.loop import overlap_rounds, produce_batch
-from rollwise.planner import build_planner
-
-spec = importlib.util.spec_from_file_location("partial_budget", Path(__file__).parents[1] / "bench" / "partial_budget.py")
-pb = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pb)
-
-UIDS = pb.UIDS[:48]
+from rollwise.config import load_config, unused_settings
+from rollwise.loop import produce_batch
 
 
 def keys(*overrides: str) -> list[str]:
@@ -106,18 +95,9 @@ def test_a_min_delta_no_evaluation_is_compared_with_is_named():
 
 
 def _trained(tasks: int, overlap: bool = False, steps: int = 12, **planner) -> list:
-    """The samples trained in `steps` steps of the scripted loop over UIDS split among `tasks` tasks."""
-    cfg = PlannerConfig(**{"seed": 0, **planner})
-    uids = [f"t{i % tasks}:{u}" for i, u in enumerate(UIDS)]
-    ids = {u: [100 + i] for i, u in enumerate(uids)}
-    run = SimpleNamespace(planner=build_planner(cfg, uids, 8, 8, 64, 0, prompt_lengths=[4 + i % 7 for i in range(len(uids))]),
-                          runner=pb.Scorer(), tokenizer=SimpleNamespace(decode=lambda ids, **kw: str(ids[-1])),
-                          items_by_uid={u: SimpleNamespace(task=u[:2]) for u in uids}, ids_by_uid=ids,
-                          replay_bank={}, primary="r", cfg=SimpleNamespace(planner=cfg, reward=RewardConfig()))
-    engine = pb.ScriptedEngine({100 + i: u for i, u in enumerate(UIDS)}, 1,
-                               {v[0]: 0.5 + 0.5 * (i % 4) for i, v in enumerate(ids.values())})
-    ex = RolloutExecutor(engine, ids, 64, 1.0)
-    stream = overlap and overlap_rounds(SimpleNamespace(rollout=SimpleNamespace(overlap_rounds=True)), ex, run.planner)
+    """The samples trained in `steps` steps of the scripted loop over test_option_matrix's UIDS split among `tasks` tasks."""
+    run, engine, ex, stream = _build(planner.pop("strategy", "adaptive"), "overlap" if overlap else "plain", None,
+                                     tasks=tasks, **planner)
     assert stream == overlap
     out = []
     for step in range(steps):

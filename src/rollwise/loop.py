@@ -432,16 +432,11 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
                                   f"does not fit this run's planner ({detail}). Resume without the changed planner "
                                   "settings, or start a new run") from e
         bank_changes = dict(changes or {})
-        scored = state["extra"].get("reward")  # the reward settings the bank was scored under (None: older checkpoints)
-        if scored is not None:  # config.yaml may hold an earlier resume's settings that never reached a checkpoint
-            now = config_to_dict(cfg)["reward"]
-            bank_changes = {**{k: v for k, v in bank_changes.items() if not k.startswith("reward.")},
-                            **{f"reward.{k}": [scored.get(k), v] for k, v in now.items() if scored.get(k) != v}}
-        cap = state["extra"].get("reward_cap")  # the length cap it was scored under (None: older checkpoints)
-        if cap is not None:
-            bank_changes = {k: v for k, v in bank_changes.items() if k != "rollout.max_completion_length"}
-            if cap != cfg.rollout.max_completion_length:
-                bank_changes["rollout.max_completion_length"] = [cap, cfg.rollout.max_completion_length]
+        was = state["extra"].get("bank_scored_under")  # None: older checkpoints, which did not record it
+        if was is not None:  # config.yaml may hold an earlier resume's settings that never reached a checkpoint
+            now = bank_settings(cfg)
+            bank_changes = {**{k: v for k, v in bank_changes.items() if k not in now},
+                            **{k: [was.get(k), v] for k, v in now.items() if was.get(k) != v}}
         run.replay_bank = fit_replay_bank(state["extra"]["replay_bank"], planner, cfg, bank_changes)
         run.totals = state["extra"]["totals"]
         if "best" in state["extra"]:  # checkpoints written before eval.save_best have none
@@ -778,12 +773,18 @@ def is_checkpoint_step(cfg: Config, step: int) -> bool:
 
 
 def loop_state(run: Run, rollout_state: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's `extra`: planner, replay bank (and the reward settings it was scored under), totals
+    """The checkpoint's `extra`: planner, replay bank (and the settings it was scored under), totals
     and best evaluation, the training set's digest, plus the rollout side's state."""
     return {"planner": run.planner.state_dict(), "replay_bank": run.replay_bank, "totals": run.totals,
-            "best": run.best.state_dict(), "data": data_digest(run), "reward": config_to_dict(run.cfg)["reward"],
-            "reward_cap": run.cfg.rollout.max_completion_length,
+            "best": run.best.state_dict(), "data": data_digest(run), "bank_scored_under": bank_settings(run.cfg),
             **rollout_state}
+
+
+def bank_settings(cfg: Config) -> dict[str, Any]:
+    """The settings the replay bank's rewards depend on: every reward.* and the length cap (which
+    reward.overlong_buffer and reward.truncated_reward read), recorded in checkpoints and compared on resume."""
+    return {**{f"reward.{k}": v for k, v in config_to_dict(cfg)["reward"].items()},
+            "rollout.max_completion_length": cfg.rollout.max_completion_length}
 
 
 def data_digest(run: Run) -> str:

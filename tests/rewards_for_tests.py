@@ -78,3 +78,12 @@ def raises_unless_ok(completion: str, item) -> float:
     if completion != "ok":
         raise KeyError("answer_key")
     return 1.0
+
+
+def consumes_the_answer(completion: str, item) -> float:
+    """1 when the completion is the gold answer; it then overwrites the item's answer and entry in place (a
+    careless function): the next call on that prompt must still see the gold answer."""
+    right = float(completion == item.answer)
+    item.answer = "overwritten"
+    item.entry["seen"] = True
+    return right

@@ -92,3 +92,23 @@ def test_a_step_that_trains_nothing_does_not_log_its_all_correct_samples_as_rewa
     [row] = _train_lines(tmp_path / "none")
     assert row["planner/trained_samples"] == 0 and row["planner/all_correct_share"] == 1.0
     assert row["rollout/reward_mean"] == 1.0 and row["rollout/accuracy"] == 1.0
+
+
+def test_a_resumed_run_that_reached_max_steps_says_finished_not_early_stop(capsys):
+    """A run whose last evaluation, at train.max_steps, also reached eval.early_stopping_patience: resumed, it
+    said "early stop ... resume with a larger eval.early_stopping_patience", advice that trains nothing more (it
+    had finished its train.max_steps)."""
+    from types import SimpleNamespace
+
+    from rollwise.config import Config
+    from rollwise.loop import steps_to_train
+    from rollwise.training.best import BestTracker
+    from rollwise.ui import StepProgress
+
+    cfg = Config.model_validate({"train": {"max_steps": 4}, "eval": {"every_n_steps": 2, "early_stopping_patience": 1}})
+    best = BestTracker(patience=1, best=0.5, best_step=2, since=1, last_step=4)
+    run = SimpleNamespace(cfg=cfg, start_step=4, best=best, totals={"tokens": 0})
+    assert best.should_stop
+    assert list(steps_to_train(run, StepProgress(4, 4, enabled=False))) == []
+    err = capsys.readouterr().err
+    assert "already finished its train.max_steps=4" in err and "early stop" not in err, err

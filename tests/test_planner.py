@@ -731,10 +731,15 @@ def test_top_ups_the_budget_refused_count_in_the_cost_that_sizes_the_next_step()
     for u in uids:
         pl.estimator.update(pl.index[u], 0, 16)  # believed hopeless: every prompt gets a probe of 2
     pl.allocator.cost_per_prompt = 2.2
-    topped = []
+    topped, refused = [], []
     for _ in range(4):  # now each probe finds a correct answer: every one is a surprise
         rounds, _ = run_step(pl, lambda u, r, k: float(k == 0))
         topped.append(len(rounds[1]) if len(rounds) > 1 else 0)
+        m = pl.metrics()
+        refused.append((m["planner/refused_topups"], m["planner/refused_rollouts"]))
+        # every probe surprised: each one not topped up is a refused top-up of 8 - 2 rollouts
+        assert refused[-1] == (len(rounds[0]) - topped[-1], 6.0 * (len(rounds[0]) - topped[-1])), (rounds, refused)
+    assert refused[0][0] >= 20 and refused[-1][0] < refused[0][0], refused  # the next steps start fewer prompts
     assert len(pl.begin_step(4)) <= 16  # the selector now plans for full groups (was 29 probes of 2, step after step)
     assert topped[0] == 1 and topped[-1] >= 3, topped
 

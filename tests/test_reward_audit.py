@@ -125,3 +125,16 @@ def test_a_killed_run_ends_the_processes_its_reward_functions_started(tmp_path):
             run.kill()
         if pid is not None and _running(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_function_that_changes_its_item_in_place_does_not_change_later_calls():
+    """A group's samples share one PromptItem, and the worker handed that same object to every call: a reward
+    function that changed it (popped a key, rewrote the answer) scored the group's later samples, and the other
+    functions, against what it left behind."""
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:consumes_the_answer"},
+                                  {"name": "exact_match"}], timeout=30)
+    shared = item("12")
+    with RewardRunner(cfg) as runner:
+        res = runner.score(["12", "12", "7"], [shared] * 3)
+    assert [list(p.values()) for p in res.parts] == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]], res.parts
+    assert shared.answer == "12" and shared.entry == {}

@@ -79,7 +79,9 @@ def test_float16_training_scales_the_loss_so_small_gradients_do_not_flush_to_zer
     ref, half = grads["float32"], grads["float16"]
     err = sum(float((half[n] - ref[n]).norm() ** 2) for n in ref) ** 0.5 / sum(float(g.norm() ** 2) for g in ref.values()) ** 0.5
     zeros = sum(int(((half[n] == 0) & (ref[n] != 0)).sum()) for n in ref)
-    assert err < 0.02 and zeros == 0, (err, zeros)
+    entries = sum(g.numel() for g in ref.values())
+    # an entry may still round to 0 in float16 (one did on one CPU); unscaled, a quarter of them did
+    assert err < 0.02 and zeros <= entries * 1e-4, (err, zeros, entries)
 
 
 def test_a_float16_update_that_overflows_is_skipped_at_a_lower_scale_not_refused(tiny_model_dir):
@@ -95,3 +97,44 @@ def test_a_float16_update_that_overflows_is_skipped_at_a_lower_scale_not_refused
     again, _ = _fp16_trainer(tiny_model_dir, "float16")
     again.load_state_dict(tr.state_dict())  # the scale travels in checkpoints
     assert again.scaler.get_scale() == 2.0 ** 99
+
+
+@pytest.mark.parametrize("arch,extra", [
+    ("Llama", {"attention_dropout": 0.5}),  # a float the attention function reads while training
+    ("GPT2", {"resid_pdrop": 0.5, "embd_pdrop": 0.5, "attn_pdrop": 0.5}),  # nn.Dropout modules
+])
+def test_disable_dropout_makes_the_update_forward_deterministic(arch, extra):
+    """train.disable_dropout (TRL's name) did not exist: a model with dropout trained with it on while the engine
+    and the reference model ran without it, so the update's log-probs carried noise the sampled ones did not."""
+    torch.manual_seed(0)
+    common = {"vocab_size": 100, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+    if arch == "GPT2":
+        mcfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=64, **common, **extra)
+    else:
+        mcfg = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=2, **common, **extra)
+    batch = pack([[5, 6, 7]], [[10, 11, 12, 13]], 0)
+
+    def two_forwards(on: bool):
+        model = getattr(transformers, f"{arch}LMHeadModel" if arch == "GPT2" else f"{arch}ForCausalLM")(mcfg)
+        if arch == "Llama":
+            model.config._attn_implementation = "eager"  # eager attention applies attention_dropout itself
+        cfg = load_config(None, [f"train.disable_dropout={str(on).lower()}"])
+        tr = PolicyTrainer(cfg, model, pad_id=0)
+        tr.model.train()
+        with torch.no_grad():
+            return [response_logprobs(tr.model, batch, 1.0)[0] for _ in range(2)]
+
+    a, b = two_forwards(False)
+    assert not torch.equal(a, b)  # dropout is on in training (TRL's default)
+    a, b = two_forwards(True)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_disable_dropout_keeps_the_lora_adapters_own_dropout():
+    from rollwise.models import disable_dropout
+
+    model = torch.nn.ModuleDict({"attn": torch.nn.Dropout(0.3), "lora_dropout": torch.nn.ModuleDict(
+        {"default": torch.nn.Dropout(0.2)})})
+    assert disable_dropout(model) == 1
+    assert model["attn"].p == 0.0 and model["lora_dropout"]["default"].p == 0.2

@@ -334,6 +334,11 @@ class TrainConfig(_Section):
     skip_zero_advantage: bool = Field(
         True, description="Do not forward samples whose advantage is exactly 0 when nothing else needs them."
     )
+    disable_dropout: bool = Field(
+        False, description="Set the policy's dropout to 0 while it trains (TRL's disable_dropout). The engine and "
+        "the reference model run without dropout, so with it on the update's log-probs carry noise the sampled ones "
+        "do not. LoRA's own dropout (model.lora.dropout) is kept. Most recent LLMs have no dropout."
+    )
 
 
 PlannerStrategy = Literal["uniform", "dapo", "greso", "mopps", "vade", "knapsack", "dars", "ar3po", "e3", "adaptive"]
@@ -1029,7 +1034,7 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
 # them is pointed to its rollwise key, wherever it was given
 TRL_NAMES = {
     **{k: f"train.{k}" for k in ("learning_rate", "max_steps", "warmup_steps", "max_grad_norm", "weight_decay",
-                                 "gradient_checkpointing", "adam_beta1", "adam_beta2")},
+                                 "gradient_checkpointing", "adam_beta1", "adam_beta2", "disable_dropout")},
     **{k: f"algo.{k}" for k in ("beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards", "num_iterations",
                                 "mask_truncated_completions")},
     **{k: f"rollout.{k}" for k in ("num_generations", "max_completion_length", "temperature", "top_p", "top_k")},

@@ -521,10 +521,10 @@ def final_eval(run: Run, last_step: int, save_best: Callable[[int, float], None]
 
 
 def steps_to_train(run: Run, progress: StepProgress) -> range:
-    """The steps the loop runs: none when a resumed run had already stopped early or spent its
-    rollout-token budget (it says so)."""
-    return range(run.start_step, run.start_step if stopped_early(run, run.start_step, progress)
-                 or budget_spent_before(run, progress) or finished_before(run, progress) else run.cfg.train.max_steps)
+    """The steps the loop runs: none when a resumed run had already finished, stopped early or spent its
+    rollout-token budget (it says which; a run at train.max_steps has finished, whatever its patience)."""
+    return range(run.start_step, run.start_step if finished_before(run, progress) or stopped_early(
+                 run, run.start_step, progress) or budget_spent_before(run, progress) else run.cfg.train.max_steps)
 
 
 def finished_before(run: Run, progress: StepProgress) -> bool:

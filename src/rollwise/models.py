@@ -311,6 +311,25 @@ def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
     return peft_model
 
 
+def disable_dropout(model: torch.nn.Module) -> int:
+    """Dropout off in `model`'s own layers, LoRA's adapters excepted: nn.Dropout modules get p = 0 and the
+    dropout rates attention layers keep as floats (Llama's attention_dropout, passed to the attention
+    function while training) become 0. Returns how many were non-zero."""
+    changed = 0
+    for name, module in model.named_modules():
+        if "lora_" in name:  # peft's lora_dropout: model.lora.dropout, the user's own setting
+            continue
+        if isinstance(module, torch.nn.Dropout):
+            changed += module.p > 0
+            module.p = 0.0
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, float) and ("dropout" in attr or attr.endswith("pdrop")):
+                changed += value > 0
+                setattr(module, attr, 0.0)
+    return changed
+
+
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Full weights of the policy under the base model's parameter names (LoRA merged). The adapted weights are
     computed apart (base + delta): peft's merge_adapter() then unmerge_adapter() would leave (W + dW) - dW in the

@@ -436,6 +436,9 @@ class ScreenAllocator(Allocator):
             out = {"planner/followups_dropped": float(dropped)}
         else:
             self._track_cost(st, unmet=sum(self.refused.values()))
+            # surprising probes left at their probe's size: the top-ups the step's budget could not give
+            out = {"planner/refused_topups": float(len(self.refused)),
+                   "planner/refused_rollouts": float(sum(self.refused.values()))}
         self.refused.clear()
         # a probe still out (partial rollouts) keeps its belief for the step it comes back in (adopt), however
         # many steps that takes

@@ -11,6 +11,7 @@ reward function does stops the run.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import multiprocessing as mp
 import os
@@ -113,7 +114,8 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
         for i, (completion, item) in enumerate(zip(completions, items)):
             for f in range(first_fn if i == 0 else 0, len(fns)):
                 try:
-                    out = _check(names[f], fns[f](completion, item))
+                    # a copy per call: a group's samples share one item, and a function may change it in place
+                    out = _check(names[f], fns[f](completion, copy.deepcopy(item)))
                 except BaseException as e:  # noqa: BLE001  (the contract: count, never stop)
                     try:
                         why = f"{type(e).__name__}: {e}"

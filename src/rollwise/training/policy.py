@@ -28,7 +28,7 @@ import torch
 from rollwise import algos
 from rollwise.config import Config
 from rollwise.errors import TrainingDivergedError
-from rollwise.models import compute_dtype
+from rollwise.models import compute_dtype, disable_dropout
 from rollwise.training.logprobs import pack, pack_shared, response_logprobs, shares_prompts
 from rollwise.types import Sample
 
@@ -135,6 +135,8 @@ class PolicyTrainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(t.warmup_steps, total_updates, t.lr_scheduler, spent)
         )
+        if t.disable_dropout:
+            disable_dropout(model)
         self.ref_model = None
         if cfg.algo.beta > 0 and not hasattr(model, "peft_config"):
             # the policy's own weights (float32) run under the same autocast: at step 0 the two are

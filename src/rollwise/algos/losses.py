@@ -273,11 +273,17 @@ def entropy_from_logits(logits: torch.Tensor, chunk_size: int | None = None) -> 
     parts = []
     for start in range(0, flat.shape[0], max(step, 1)):
         z = flat[start : start + step].to(work_dtype)  # [C, V]
+        # a row without a finite log-normaliser (only -inf logits, or a +inf one) has no
+        # distribution: entropy 0. Its logits are zeroed *before* softmax so that no NaN
+        # exists in the graph: torch.where after the fact hides it from the value but not from
+        # the backward pass (0 * NaN = NaN would reach every parameter).
+        ok = torch.isfinite(torch.logsumexp(z.detach(), dim=-1))  # [C]
+        z = torch.where(ok.unsqueeze(-1), z, torch.zeros_like(z))  # [C, V]
         lse = torch.logsumexp(z, dim=-1)  # [C]
         p = torch.softmax(z, dim=-1)  # [C, V]
         z_safe = torch.where(torch.isfinite(z), z, torch.zeros_like(z))  # [C, V]; p = 0 there
-        pz = (p * z_safe).sum(-1)  # [C]; NaN in a row of only -inf logits (no distribution: entropy 0)
-        parts.append(torch.where(torch.isfinite(lse), lse - pz, torch.zeros_like(lse)))
+        pz = (p * z_safe).sum(-1)  # [C]
+        parts.append(torch.where(ok, lse - pz, torch.zeros_like(lse)))
     if not parts:
         return logits.new_zeros(lead)
     return torch.cat(parts).reshape(lead).to(logits.dtype)  # [B, L]

@@ -504,12 +504,18 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
           f"{len(fit.tasks)} task(s) ({', '.join(fit.tasks)})")
     print(f"  skill0 {fit.skill0:.2f}{se(fit.se_skill0)}, spread within tasks {fit.spread:.2f}{se(fit.se_spread)}, "
           f"between tasks {fit.task_sd:.2f}, unsolvable {fit.unsolvable:.3f}{' (given)' if fit.unsolvable_given else ''}")
-    if fit.lr_unsolvable is not None and fit.unsolvable > 0:
-        print(f"  the all-wrong groups call for a share of prompts at a zero rate (likelihood ratio {fit.lr_unsolvable:.1f} "
+    among = " among the other tasks' prompts" if fit.hopeless else ""
+    if fit.hopeless:
+        print(f"  never solved in their first visits, so taken as unsolvable: {', '.join(f'{t} ({k} first visits)' for t, k in sorted(fit.hopeless.items()))}; "
+              f"their share of the first visits, {fit.hopeless_share:.3f}, is part of the unsolvable share, and the simulated "
+              f"world has the other {len(fit.tasks)} task(s)")
+    if fit.lr_unsolvable is not None and fit.unsolvable_in_fitted_tasks > 0:
+        print(f"  the all-wrong groups{among} call for a share of prompts at a zero rate (likelihood ratio {fit.lr_unsolvable:.1f} "
               f"> {LR_CRITICAL}); the simulator keeps them unsolvable for good, which flatters skipping them: "
-              "compare with --unsolvable 0")
+              "compare with --unsolvable 0" + (f" (here at least {math.ceil(fit.hopeless_share * 1000) / 1000:g}, the hopeless "
+                                                "tasks' share)" if fit.hopeless else ""))
     elif fit.lr_unsolvable is not None:
-        print(f"  no unsolvable share: one would not explain the groups better (likelihood ratio "
+        print(f"  no unsolvable share{among}: one would not explain the groups better (likelihood ratio "
               f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
     if fit.unsolvable_interval is not None:
         (lo, hi), (k_lo, k_hi), (s_lo, s_hi) = fit.unsolvable_interval, fit.skill0_range, fit.spread_range

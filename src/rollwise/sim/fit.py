@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,20 @@ class WorldFit:
     unsolvable_interval: tuple[float, float] | None = None
     skill0_range: tuple[float, float] | None = None
     spread_range: tuple[float, float] | None = None
+    # tasks whose every first visit was all wrong -> their first visits: their level is beyond what the
+    # rollouts measure, so their prompts are counted in the unsolvable share (u includes them) and fitted no further
+    hopeless: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def hopeless_share(self) -> float:
+        """Share of the first visits that fell in hopeless tasks (h; u = h + (1 - h) * the rest's share)."""
+        return sum(self.hopeless.values()) / self.groups if self.groups else 0.0
+
+    @property
+    def unsolvable_in_fitted_tasks(self) -> float:
+        """The unsolvable share among the prompts of the tasks that were fitted (hopeless ones aside)."""
+        h = self.hopeless_share
+        return (self.unsolvable - h) / (1.0 - h) if h < 1.0 else 0.0
 
     @property
     def skill0(self) -> float:
@@ -183,7 +197,15 @@ def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: floa
     """Maximum-likelihood world for these first visits. `unsolvable` fixes u; without it u is fitted
     and kept only where the likelihood-ratio test against u = 0 calls for it (LR_CRITICAL). Where the
     visits come from different points of training (and `growth`), a spread that grows with the
-    training signal is fitted too and kept on the same test against a fixed spread, given u."""
+    training signal is fitted too and kept on the same test against a fixed spread, given u. A task
+    whose every first visit was all wrong has no finite level: its prompts are taken as unsolvable (u
+    counts them; see `WorldFit.hopeless`) and the other tasks are fitted."""
+    hopeless = Counter(v.task for v in visits)
+    for v in visits:
+        if v.correct > 0:
+            hopeless.pop(v.task, None)
+    if hopeless:
+        return _fold_hopeless(visits, dict(hopeless), discrimination, unsolvable, min_groups, growth)
     grow = growth and len({v.signal for v in visits}) > 1
     lr_u = None
     if unsolvable is not None:
@@ -207,6 +229,35 @@ def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: floa
         best.unsolvable_given, best.lr_unsolvable, best.other_branch = False, lr_u, alternative
         _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None)
     return best
+
+
+def _fold_hopeless(visits: list[Visit], hopeless: dict[str, int], discrimination: float,
+                   unsolvable: float | None, min_groups: int, growth: bool) -> WorldFit:
+    """Fit the tasks that were solved at least once; the hopeless tasks' share h of the first visits joins
+    the unsolvable share: u = h + (1 - h) * u_rest (a share given for the whole run must hold h)."""
+    rest = [v for v in visits if v.task not in hopeless]
+    names = ", ".join(f"{t} ({k} first visits)" for t, k in sorted(hopeless.items()))
+    if not rest:
+        raise FitError(f"every sample of every first visit was wrong (tasks {names}): no level can be measured; fit "
+                       "more steps (--fit-steps) or a run whose prompts are sometimes solved")
+    h = 1.0 - len(rest) / len(visits)
+    if unsolvable is not None and unsolvable < h:
+        raise FitError(f"--unsolvable {unsolvable:g} is below the share of first visits in tasks never solved "
+                       f"({h:.3f}: {names}), which the fit counts as unsolvable; give --unsolvable {math.ceil(h * 1000) / 1000:g} "
+                       "or more, or leave it out")
+    fit = fit_world(rest, discrimination, None if unsolvable is None else (unsolvable - h) / (1.0 - h),
+                    min_groups, growth)
+
+    def fold(u: float) -> float:
+        return h + (1.0 - h) * u
+
+    fit.unsolvable = float(unsolvable) if unsolvable is not None else fold(fit.unsolvable)
+    if fit.unsolvable_interval is not None:
+        fit.unsolvable_interval = (fold(fit.unsolvable_interval[0]), fold(fit.unsolvable_interval[1]))
+    if fit.other_branch is not None:
+        fit.other_branch = (*fit.other_branch[:2], fold(fit.other_branch[2]))
+    fit.groups, fit.hopeless = len(visits), hopeless
+    return fit
 
 
 def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: float, min_groups: int,
@@ -361,9 +412,13 @@ def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size
     in `task_shares`, or, with `visits`, for visits drawn from these (each at its task and its point of
     training: the level moved by the learning rate and the spread grown, where fitted)."""
     rng = np.random.default_rng(0)
+    u = np.full(size, fit.unsolvable)
     if visits:
         pick = rng.integers(0, len(visits), size)
-        t = np.asarray([fit.tasks.index(v.task) for v in visits])[pick]
+        # a visit of a hopeless task is unsolvable; the others carry the fitted tasks' own share
+        t = np.asarray([fit.tasks.index(v.task) if v.task in fit.tasks else -1 for v in visits])[pick]
+        u = np.where(t < 0, 1.0, fit.unsolvable_in_fitted_tasks)
+        t = np.maximum(t, 0)
         x = np.asarray([v.signal for v in visits])[pick]
     else:
         shares = np.asarray(task_shares if task_shares is not None else [1.0] * len(fit.tasks), dtype=float)
@@ -372,7 +427,7 @@ def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size
     sd = np.sqrt(fit.spread**2 + ((fit.growth or 0.0) * x) ** 2)
     a = np.exp(rng.normal(math.log(discrimination), 0.25, size))
     q = 1.0 / (1.0 + np.exp(-a * (level - sd * rng.standard_normal(size))))
-    q = np.where(rng.random(size) < fit.unsolvable, 0.0, q)
+    q = np.where(rng.random(size) < u, 0.0, q)
     return np.bincount(rng.binomial(n, q), minlength=n + 1) / size
 
 

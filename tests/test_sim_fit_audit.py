@@ -83,11 +83,9 @@ def test_the_check_of_a_fit_with_a_hopeless_task_predicts_its_all_wrong_groups()
 
 
 def test_simulate_fit_says_which_tasks_it_took_as_unsolvable(tmp_path, capsys) -> None:
-    import argparse
-
+    from test_sim_audit import parsed
     from test_sim_fit import _draw, _run_dir
 
-    from rollwise.sim.command import register
     from rollwise.sim.world import SimParams
 
     _, visits = _draw(SimParams(n_train=240, tasks=2, skill0=-1.0, difficulty_sd=1.0, task_sd=0.5, unsolvable=0.0), 5,
@@ -97,11 +95,9 @@ def test_simulate_fit_says_which_tasks_it_took_as_unsolvable(tmp_path, capsys) -
     for i, v in enumerate(visits):
         groups.setdefault(1 + i % 5, []).append([f"{v.task}:train:{i}", v.outcomes])
     d = _run_dir(tmp_path, groups)
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="cmd"))
     out = tmp_path / "sim"
-    args = parser.parse_args(["simulate", "--fit", str(d), "--strategies", "uniform", "--seeds", "1", "--steps", "2",
-                              "--eval-size", "16", "--out", str(out)])
+    args = parsed("--fit", str(d), "--strategies", "uniform", "--seeds", "1", "--steps", "2", "--eval-size", "16",
+                  "--out", str(out))
     assert args.func(args) == 0
     text = capsys.readouterr().out
     assert "never solved in their first visits, so taken as unsolvable: spell_backward (60 first visits)" in text, text

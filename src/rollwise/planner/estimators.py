@@ -228,10 +228,15 @@ def rank_by_mean(est: Estimator, idx: np.ndarray) -> np.ndarray:
         return out
     means = est.mean(pool)[seen]
     order = np.argsort(-means, kind="stable")  # easiest first
-    _, start, size = np.unique(-means[order], return_index=True, return_counts=True)  # runs of equal means
+    # runs of equal means; equal up to rounding: a window's mean is a float sum of its visits' shares, so the
+    # same accuracy reached through visits of other sizes can differ in its last bit (4/4 then 1/6 gives
+    # 0.5000000000000001, 5/10 gives 0.5)
+    new_run = np.concatenate([[True], np.diff(means[order]) < -1e-12])
+    start = np.flatnonzero(new_run)
+    size = np.diff(np.append(start, m))
     r = np.zeros(est.size)
     r[pool[seen][order]] = np.repeat(start + (size - 1) / 2, size) / m
-    return r[np.asarray(idx)]
+    return r[np.asarray(idx, dtype=np.int64)]
 
 
 def make_estimator(name: str, size: int, cfg: Any, uids: list[str] | None = None,

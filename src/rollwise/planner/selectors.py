@@ -78,16 +78,18 @@ class SkipSelector(Selector):
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
         chosen: list[str] = []
+        passed: list[str] = []  # skipped this step: not drawn again when the stream wraps into the next epoch
         for _ in range(pl.pool_size):
             if len(chosen) >= k:
                 break
-            got = pl.take(1, st, extra=chosen)
+            got = pl.take(1, st, extra=chosen + passed)
             if not got:
                 break
             uid = got[0]
             if pl.rng.random() < self.keep_probability(pl.index[uid]):
                 chosen.append(uid)
             else:
+                passed.append(uid)
                 st.skipped += 1
         return chosen
 
@@ -198,9 +200,14 @@ def apportion(exact: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     rem = exact - quota
     extra = int(round(rem.sum()))
     if extra > 0:
-        edges = np.cumsum(rem) * (extra / rem.sum())  # the last edge is exactly `extra`
-        points = rng.random() + np.arange(extra)  # one point in each unit interval of [0, extra)
-        quota[np.searchsorted(edges, points, side="right")] += 1  # each remainder < 1 holds at most one point
+        edges = np.cumsum(rem) * (extra / rem.sum())  # the last edge is `extra`, up to rounding
+        # one point in each unit interval of [0, extra): a draw within 2^-52 of 1 made j + u round up to j + 1, into
+        # the next task's interval (at the last, past every task: an IndexError), so u stops 1e-12 short of 1
+        points = min(rng.random(), 1.0 - 1e-12) + np.arange(extra)
+        # each remainder < 1 holds at most one point; one past a last edge rounded below `extra` belongs to the
+        # last task with a remainder
+        last = int(np.flatnonzero(rem > 0)[-1])
+        quota[np.minimum(np.searchsorted(edges, points, side="right"), last)] += 1
     return quota
 
 

@@ -130,8 +130,14 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
         return []
     by: dict[str, dict[Any, dict[str, Any]]] = {}
     twice: dict[str, set[Any]] = {}
+    unevaluated: list[str] = []
     for d, c, seed in zip(run_dirs, configs, seeds):
         run = curve(d)
+        if run["points"] and run["tokens"] and run["points"][-1][0] == 0:
+            # evaluated before training only (killed before its final evaluation, or eval.at_end=false): its
+            # last evaluation is its start, no final accuracy
+            unevaluated.append(f"  {d}: no evaluation after training; not paired")
+            continue
         if run["points"] and run["tokens"]:
             group = ", ".join(f"{k}={c.get(k)}" for k in keys)
             if seed in by.setdefault(group, {}):
@@ -154,7 +160,8 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
         lines.append(f"  {group}: {statistics.mean(diffs):+.1f} points (SE {se:.1f}), ahead on "
                      f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds; {statistics.mean(ratios):.2f} of the tokens "
                      f"({min(ratios):.2f}-{max(ratios):.2f})")
-    return [f"paired by run.seed with {base} (final held-out accuracy, rollout tokens):", *lines] if lines else []
+    return [f"paired by run.seed with {base} (final held-out accuracy, rollout tokens):", *lines, *unevaluated] \
+        if lines else []
 
 
 def plot_comparison(run_dirs: list[Path], out: Path) -> Path:

@@ -60,13 +60,14 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
         t = Path(target)
         run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
         if (run_dir / "config.yaml").is_file():  # the run's config, then a CONFIG.yaml given here, then overrides
-            saved = read_run_config(run_dir)
+            run_saved = saved = read_run_config(run_dir)
             if config:
                 saved = _merge(saved, read_config_file(config))
             cfg = build_config(_merge(saved, parse_overrides(overrides)))
-            was, now = leaves(saved), leaves(config_to_dict(cfg))
+            # compared with the run's own config.yaml, not with it merged with the CONFIG.yaml given here
+            was, now = leaves(run_saved), leaves(config_to_dict(cfg))
             fixed = tuple(k for k in FIXED_ON_RESUME if k.startswith("model."))  # what the weights belong to
-            moved = [k for k in was if k.startswith(fixed) and was[k] != now.get(k)]
+            moved = [k for k in was if k.startswith(fixed) and not _same_setting(k, was[k], now.get(k))]
             if moved:
                 raise ConfigError(f"rollwise eval {target}: {moved[0]} cannot differ from the run's ({was[moved[0]]} -> "
                                   f"{now.get(moved[0])}): the checkpoint's weights belong to that model. Leave it out "
@@ -86,15 +87,51 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     return load_config(config, overrides), ckpt
 
 
+def _same_setting(key: str, a: Any, b: Any) -> bool:
+    """Whether two values of a setting are the same; a local model folder is the same named by any path
+    (config.yaml holds it absolute, a CONFIG.yaml given to eval may hold it relative)."""
+    if a == b:
+        return True
+    if key == "model.name_or_path" and isinstance(a, str) and isinstance(b, str):
+        pa, pb = Path(a).expanduser(), Path(b).expanduser()
+        return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+    return False
+
+
+def trained_questions(target: str | None, cfg: Config) -> set[str] | None:
+    """The questions of the training items of the run that `target` belongs to, when `cfg` draws other held-out
+    items than that run did (data.* or run.seed changed here): those may include questions it trained on. None
+    when `target` is no run folder or checkpoint, or its held-out items are the run's own."""
+    from rollwise.data import build_items
+
+    if not target:
+        return None
+    t = Path(target)
+    run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
+    if not (run_dir / "config.yaml").is_file():
+        return None
+    run_cfg = build_config(read_run_config(run_dir))
+    if run_cfg.data == cfg.data and run_cfg.run.seed == cfg.run.seed:
+        return None  # the run's training set was drawn to avoid these very items
+    try:
+        train, _ = build_items(run_cfg.data, run_cfg.run.seed)
+    except (ConfigError, OSError, ValueError) as e:  # the run's data file moved away: its training questions are unknown here
+        print(f"rollwise: warning: the run's training items could not be built ({str(e).splitlines()[0][:200]}), so "
+              "held-out items it trained on are not left out", file=sys.stderr)
+        return None
+    return {it.question for it in train}
+
+
 def no_checkpoint_message(run_dir: Path, command: str = "eval") -> str:
     """What `rollwise eval` or `rollwise export` says of a run folder with no step checkpoint."""
     from rollwise.ui import start_again_command
+    best = Path(run_dir) / "checkpoints" / "best"
+    has_best = (best / "weights.safetensors").is_file()
     if command != "export":
         return (f"run folder {run_dir} has no checkpoint to evaluate (the run stopped before its first one): rerun "
-                "it, or evaluate its base model with `rollwise eval MODEL`")
-    best = Path(run_dir) / "checkpoints" / "best"
-    saved = (f"; or export the best weights it saved (eval.save_best): `rollwise export {best} OUT_DIR`"
-             if (best / "weights.safetensors").is_file() else "")
+                "it, or evaluate its base model with `rollwise eval MODEL`"
+                + (f", or the best weights it saved (eval.save_best): `rollwise eval {best}`" if has_best else ""))
+    saved = f"; or export the best weights it saved (eval.save_best): `rollwise export {best} OUT_DIR`" if has_best else ""
     return (f"run folder {run_dir} has no checkpoint to export (the run stopped before its first one; run.save_every "
             f"sets how often they are written): start it again with {start_again_command(run_dir)} and export it once it has written "
             f"a checkpoint{saved}")
@@ -151,10 +188,20 @@ def run_eval_command(args: argparse.Namespace) -> int:
     tok = load_tokenizer(path)
     ids, dropped = encode_prompts(eval_items, tok, cfg.data)
     keep = [i for i, it in enumerate(eval_items) if it.uid not in set(dropped)]
+    asked = trained_questions(args.target, cfg) or set()
+    # data.* or run.seed changed here: the held-out items may hold questions the run trained on
+    seen = [i for i in keep if eval_items[i].question in asked]
+    keep = [i for i in keep if eval_items[i].question not in asked]
     if not keep:
         raise ConfigError(f"no held-out items to evaluate: {len(eval_items)} drawn (data.eval_size="
                           f"{cfg.data.eval_size}), {len(dropped)} of them longer than data.max_prompt_length="
-                          f"{cfg.data.max_prompt_length} tokens; raise data.eval_size or data.max_prompt_length")
+                          f"{cfg.data.max_prompt_length} tokens" + (f", {len(seen)} asking a question the run trained "
+                                                                   "on" if seen else "")
+                          + "; raise data.eval_size or data.max_prompt_length")
+    if seen:
+        print(f"rollwise: {len(seen)} of the {len(eval_items)} held-out items ask a question the run trained on "
+              "(data.* or run.seed differ from the run's, so its training set did not avoid them) and are left out",
+              file=sys.stderr)
     if dropped:
         print(f"rollwise: {len(dropped)} of {len(eval_items)} held-out items are longer than data.max_prompt_length="
               f"{cfg.data.max_prompt_length} tokens and are left out", file=sys.stderr)

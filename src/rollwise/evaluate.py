@@ -48,7 +48,9 @@ def evaluate(
     correct = [is_correct(p, primary) for p in res.parts]
     by_task: dict[str, list[bool]] = {}
     for it, c in zip(items, correct):
-        by_task.setdefault(it.task, []).append(c)
+        # the entry of data.tasks, as the uid names it ("chain_sum#2" for a generator listed twice), as
+        # planner/task_share/<task> does
+        by_task.setdefault(it.uid.split(":", 1)[0] if ":" in it.uid else it.task, []).append(c)
     metrics = {
         "eval/accuracy": sum(correct) / len(items),
         **{f"eval/accuracy/{t}": sum(v) / len(v) for t, v in sorted(by_task.items())},

@@ -46,13 +46,13 @@ class Tracker:
 
             replace_text(self.path, "".join(ln + "\n" for ln in keep))  # whole or not at all: a full disk keeps the old
         self.writer = None
+        if truncate_after_step is not None:  # events an earlier attempt wrote go too, even with TensorBoard off now
+            drop_events_after(Path(run_dir) / "tensorboard", truncate_after_step)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step hides events at or after it: keep the checkpoint's own step, as metrics.jsonl does
             purge = None if truncate_after_step is None else truncate_after_step + 1
-            if truncate_after_step is not None:
-                drop_events_after(Path(run_dir) / "tensorboard", truncate_after_step)
             self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:

@@ -37,6 +37,7 @@ class StepProgress:
             console=console, disable=not enabled,
         )
         self.task = self.progress.add_task("train", total=total, completed=start, info="")
+        self.step, self.info, self.shown = start, "", start  # the last step updated, its figures, the last step written
         if enabled:
             self.progress.start()
 
@@ -46,12 +47,17 @@ class StepProgress:
         if "eval/accuracy" in m:
             info += f"  eval {m['eval/accuracy']:.3f}"
         self.progress.update(self.task, completed=step, info=info)
+        self.step, self.info = step, info
         now = self.clock()
         if self.plain and (now - self.last_line >= self.LOG_EVERY_S or step >= self.total):
-            self.last_line = now
-            per_step = (now - self.t0) / max(step - self.start, 1)
-            print(f"rollwise: step {step}/{self.total}  {info}  {now - self.t0:.0f} s, about "
-                  f"{per_step * (self.total - step):.0f} s left", file=sys.stderr, flush=True)
+            self._line(now)
+
+    def _line(self, now: float, stopped: bool = False) -> None:
+        self.last_line, self.shown = now, self.step
+        per_step = (now - self.t0) / max(self.step - self.start, 1)
+        left = "stopped" if stopped else f"about {per_step * (self.total - self.step):.0f} s left"
+        print(f"rollwise: step {self.step}/{self.total}  {self.info}  {now - self.t0:.0f} s, {left}", file=sys.stderr,
+              flush=True)
 
     def note(self, text: str) -> None:
         if self.enabled:
@@ -60,6 +66,8 @@ class StepProgress:
             print(f"rollwise: {text}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self.plain and self.step > self.shown:  # stopped before train.max_steps (a token budget, early stopping)
+            self._line(self.clock(), stopped=True)
         if self.enabled:
             self.progress.stop()
 
@@ -215,6 +223,14 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
                                   f"threads{', ' + env['cuda'] if env.get('cuda') else ''}"
                                   f"{', ' + env['compute_dtype'] if env.get('compute_dtype') else ''}; torch {pk.get('torch')}, "
                                   f"transformers {pk.get('transformers')}")
+    if len(entries) > 1:  # a resume may run on another machine, dtype or library version: "computed on" is the start's
+        from rollwise.environment import compare_environments
+
+        segments = {"start" if e.get("resumed_from_step") is None else f"resumed at step {e['resumed_from_step']}": e
+                    for e in entries}
+        changed = [ln for ln in compare_environments(segments) if not ln.startswith("no environment.json")]
+        if changed:
+            summary["environment changed at a resume"] = "; ".join(changed)
     saved = read_best(run_dir)
     if saved:
         summary["best weights (eval.save_best)"] = f"{best_dir(run_dir)} (step {saved['step']})"

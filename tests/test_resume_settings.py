@@ -175,6 +175,8 @@ EXEMPT: dict[str, str] = {
     "algo.icepop_high": "as algo.tis_cap",
     "algo.icepop_weighted": "as algo.tis_cap",
     "train.max_steps": "every resume here changes it: the resumed run trains to the new count",
+    "train.disable_dropout": "the tiny model has no dropout; the trainer applies it whenever it is built, a resume "
+    "included (tests/test_trainer_audit.py: the update's forward passes become deterministic)",
     "train.logprob_chunk": "memory of the log-prob pass: the same numbers (tests/test_training.py)",
     "train.micro_batch_size": "memory of the update: the same gradient by design (tests/test_training.py), other bits "
                               "only by rounding, which a CPU may not show",

@@ -386,6 +386,7 @@ class ContinuousEngine(HFEngine):
                 rows: list[_Row] = []
                 while waiting and len(rows) < min(free, self.batch_size):
                     row = _Row.start(waiting.popleft(), self.eos)
+                    self.check_token_ids(row.context, "a request's prompt or resumed prefix")
                     if row.finish:  # a resumed prefix that is already complete
                         finished.append(row.output())
                     else:
@@ -519,6 +520,8 @@ class ContinuousEngine(HFEngine):
         full top-k). Counts go to `stats` (spec_*)."""
         if any(not p for p in prompts):
             raise ValueError("verify: a prompt is empty; every prompt needs at least one token")
+        for p in prompts:
+            self.check_token_ids(p)
         gen = generator if generator is not None else self.generator
         out: list[GenerationOutput | GenerationRequest] = []
         t0 = time.perf_counter()

@@ -365,7 +365,7 @@ class RolloutExecutor:
 
     def state_dict(self) -> dict[str, Any]:
         return {"carried": self.carried, "bank": self.bank, "totals": dict(self.totals), "next_id": self._next_id,
-                "s_per_token": self._s_per_token}
+                "s_per_token": self._s_per_token, "max_new_tokens": self.max_new_tokens}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.carried = state["carried"]
@@ -373,21 +373,26 @@ class RolloutExecutor:
         self.totals = dict(state["totals"])
         self._next_id = int(state.get("next_id", 0))
         self._s_per_token = float(state.get("s_per_token", 0.0))
-        self._fit_carried()
+        self._fit_carried(state.get("max_new_tokens"))
         if not hasattr(self.engine, "run_round"):
             self._restart_carried()
 
-    def _fit_carried(self) -> None:
+    def _fit_carried(self, saved_cap: int | None = None) -> None:
         """Carried samples of a checkpoint continue under this run's rollout.max_completion_length and
         temperature, which a resume may change (lowering the cap is the advice for running out of memory):
         a prefix or response longer than the cap is cut to it and ends as "length", as a sample drawn
-        under that cap would."""
+        under that cap would. A sample whose Request set its own cap (other than the checkpoint's
+        `saved_cap`) keeps it, lowered to this run's cap where that is lower."""
         cap = self.max_new_tokens
+
+        def fit(q: GenerationRequest) -> GenerationRequest:
+            c = cap if saved_cap in (None, q.max_new_tokens) else min(q.max_new_tokens, cap)
+            return replace(q, max_new_tokens=c, temperature=self.temperature, prefix_ids=q.prefix_ids[:c],
+                           prefix_logprobs=q.prefix_logprobs[:c], prefix_versions=q.prefix_versions[:c],
+                           prefix_topk=_cut_topk(q.prefix_topk, c))
+
         for g in self.carried.values():
-            g.pending = [replace(q, max_new_tokens=cap, temperature=self.temperature, prefix_ids=q.prefix_ids[:cap],
-                                 prefix_logprobs=q.prefix_logprobs[:cap], prefix_versions=q.prefix_versions[:cap],
-                                 prefix_topk=_cut_topk(q.prefix_topk, cap))
-                         for q in g.pending]
+            g.pending = [fit(q) for q in g.pending]
             g.done = [o if len(o.response_ids) <= cap else
                       replace(o, response_ids=o.response_ids[:cap], logprobs=o.logprobs[:cap], versions=o.versions[:cap],
                               finish_reason="length", topk=_cut_topk(o.topk, cap))

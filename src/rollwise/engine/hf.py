@@ -206,6 +206,31 @@ class HFEngine:
         self.version = 0
         self.generator = torch.Generator().manual_seed(seed)
         self._cache_arg = cache_arg(self.model)
+        try:
+            emb = self.model.get_input_embeddings()
+        except (AttributeError, NotImplementedError):
+            emb = None
+        n = getattr(emb, "num_embeddings", None)
+        self.vocab_size: int | None = n if isinstance(n, int) else None
+        if self.vocab_size is not None and not 0 <= pad_token_id < self.vocab_size:
+            # every batch of prompts of unequal lengths embeds it: 'index out of range in self' mid-run
+            raise ValueError(f"the pad token id {pad_token_id} is outside the model's vocabulary of {self.vocab_size} "
+                             "tokens: the tokenizer's pad_token was added without resizing the model's embeddings. "
+                             "Set pad_token to a token of the vocabulary (e.g. the eos token) in the model folder's "
+                             "tokenizer_config.json")
+
+    def check_token_ids(self, ids: list[int] | tuple[int, ...], what: str = "a prompt") -> None:
+        """Refuse a token id the model has no embedding for: inside the model it fails as 'index out of
+        range in self' on a CPU, and as a device-side assert that breaks the CUDA context on a GPU."""
+        if self.vocab_size is None or not ids:
+            return
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= self.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"{what} holds token id {bad}, outside the model's vocabulary of {self.vocab_size} "
+                             f"tokens (ids 0..{self.vocab_size - 1}): the tokenizer has tokens the model has no "
+                             "embedding for (added tokens without resized embeddings?), or the ids come from "
+                             "another tokenizer")
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
@@ -241,9 +266,11 @@ class HFEngine:
         if resumed:  # this engine starts every response from its prompt: a prefix would be dropped silently
             raise ValueError(f"{resumed} generation request(s) carry a partial response (prefix_ids) to continue; "
                              "the hf engine cannot continue one (rollout.engine=continuous or vllm can)")
+        for r in reqs:
+            self.check_token_ids(r.prompt_ids)
         B = len(reqs)
         plen = max(len(r.prompt_ids) for r in reqs)
-        max_new = max(r.max_new_tokens for r in reqs)
+        max_new = max(0, *(r.max_new_tokens for r in reqs))  # a request for fewer than 0 tokens gets none
         ids = torch.full((B, plen), self.pad, dtype=torch.long)  # [B, P] left-padded
         attn = torch.zeros((B, plen), dtype=torch.long)
         for b, r in enumerate(reqs):
@@ -304,7 +331,8 @@ class HFEngine:
         for b in range(B):
             n = int(lengths[b])
             reason: FinishReason = "stop" if bool(stopped[b]) else "length"
-            outs.append(GenerationOutput(tokens[b, :n].tolist(), logps[b, :n].tolist(), [self.version] * n, reason))
+            outs.append(GenerationOutput(tokens[b, :n].tolist(), logps[b, :n].tolist(), [self.version] * n, reason,
+                                         reqs[b].request_id))
         return outs
 
     def state_dict(self) -> dict:

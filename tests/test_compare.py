@@ -143,9 +143,9 @@ def test_a_comparison_says_what_a_resume_changed_and_where_a_resume_ran(tmp_path
 
 
 def test_runs_that_differ_only_in_train_size_share_their_generated_held_out_items(tmp_path):
-    """reasoning-gym's held-out items are drawn before the training items, whatever data.train_size:
-    runs differing in it lost their tokens-to-reach as scored on other items. A file task's split is
-    not so, and keeps them apart."""
+    """Held-out items are drawn before the training items, whatever data.train_size: runs differing in it
+    lost their tokens-to-reach as scored on other items. A file task's held-out rows are the tail of its
+    seeded shuffle, which the training size does not move either (they were kept apart)."""
     from rollwise.compare import held_out_items
 
     def folder(name, data):
@@ -160,8 +160,24 @@ def test_runs_that_differ_only_in_train_size_share_their_generated_held_out_item
     assert held_out_items(folder("c", {"tasks": gen, "eval_size": 50})) != \
         held_out_items(folder("d", {"tasks": gen, "eval_size": 80}))
     files = [{"name": "m", "path": "data.jsonl"}]
-    assert held_out_items(folder("e", {"tasks": files, "train_size": 100})) != \
+    assert held_out_items(folder("e", {"tasks": files, "train_size": 100})) == \
         held_out_items(folder("f", {"tasks": files, "train_size": 400}))
+
+
+def test_a_file_tasks_held_out_rows_do_not_depend_on_the_training_size(tmp_path):
+    """What held_out_items relies on: the same rows held out at any data.train_size."""
+    from rollwise.config import DataConfig
+    from rollwise.data import build_items
+
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(f'{{"prompt": "q{i}", "answer": "{i}"}}\n' for i in range(200)))
+
+    def held_out(train_size):
+        cfg = DataConfig.model_validate({"tasks": [{"name": "m", "path": str(path)}], "train_size": train_size,
+                                         "eval_size": 20})
+        return [it.question for it in build_items(cfg, 0)[1]]
+
+    assert held_out(20) == held_out(150)
 
 
 def test_a_first_run_evaluated_only_after_training_is_said_to_lack_the_start():

@@ -109,14 +109,11 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
 
 
 def held_out_items(run_dir: Path) -> tuple:
-    """What decides a run's held-out items: its data settings and run.seed (not data.train_size where every
-    task is a reasoning-gym generator: their held-out items are drawn first, whatever the training size)."""
-    cfg = run_config(run_dir)
-    tasks = (cfg.get("data") or {}).get("tasks") or []
-    generated = bool(tasks) and all(isinstance(t, dict) and not t.get("path") for t in tasks)
-    flat = leaves(cfg)
+    """What decides a run's held-out items: its data settings and run.seed, not data.train_size (held-out
+    items are drawn first, a generator's and a file's alike, whatever the training size)."""
+    flat = leaves(run_config(run_dir))
     return tuple(sorted((k, repr(v)) for k, v in flat.items() if (k.startswith("data.") or k == "run.seed")
-                        and not (generated and k == "data.train_size")))
+                        and k != "data.train_size"))
 
 
 def paired_by_seed(run_dirs: list[Path]) -> list[str]:

@@ -113,6 +113,9 @@ def test_the_report_draws_rollouts_and_tokens_per_step_with_the_discarded_ones()
                                            ("discarded", [(1, 4.0), (2, 8.0)])]
     assert panels["rollout tokens per step"] == [("generated (discarded included)", [(1, 3200.0), (2, 3200.0)]),
                                                  ("discarded", [(1, 100.0), (2, 200.0)])]
+    # adaptive's screen also logs the top-ups its step budget refused (rollouts it chose not to spend)
+    hist[1]["planner/refused_rollouts"] = 12.0
+    assert {t: d for t, _, d in panels_of(hist)}["rollouts per step"][-1] == ("top-ups the budget refused", [(2, 12.0)])
 
 
 def test_a_compared_run_of_one_step_is_drawn(tmp_path, monkeypatch):

@@ -26,7 +26,8 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         if any(key in h for h in evals):
             out.append((title, "line", [("", [(h["step"], h[key]) for h in evals if key in h])]))
     for title, keys in (("rollouts per step", (("generated (discarded included)", "rollout/rollouts"),
-                                               ("discarded", "rollout/discarded_rollouts"))),
+                                               ("discarded", "rollout/discarded_rollouts"),
+                                               ("top-ups the budget refused", "planner/refused_rollouts"))),
                         ("rollout tokens per step", (("generated (discarded included)", "rollout/tokens"),
                                                      ("discarded", "rollout/discarded_tokens"))),
                         ("effective ratio", (("of rollouts generated", "planner/effective_ratio"),

@@ -21,6 +21,7 @@ and checkpoint there).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import threading
@@ -151,8 +152,47 @@ def _make_learner(run: Run, store: Any) -> tuple[Any, Any]:
                           local_path(str(run.checkpoint)) if run.checkpoint else None,
                           run.state["rng"] if run.state else None)
     what = "the trainer (a Ray actor: killed by the OS for memory?)"
-    ray_get(lambda: ray.get(handle.ready.remote()), what)
+    try:
+        ray_get(lambda: ray.get(handle.ready.remote()), what)
+    except BaseException:  # Ctrl-C while it loads: the caller has no handle to kill, and Ray may outlive the run
+        _kill_actors(handle)
+        raise
     return handle, lambda method, *args: ray_get(lambda: ray.get(getattr(handle, method).remote(*args)), what)
+
+
+def ray_gpus_needed(cfg: Config) -> tuple[int, int]:
+    """(trainer, workers): the GPUs the Ray actors reserve, the trainer a whole one with model.device=cuda,
+    the rollout workers distributed.worker_gpus each, packed as Ray packs fractions (on one GPU as many as fit)."""
+    d = cfg.distributed
+    trainer = 1 if cfg.model.device == "cuda" else 0
+    f = d.worker_gpus
+    if f <= 0:
+        return trainer, 0
+    workers = math.ceil(d.rollout_workers / math.floor(1 / f + 1e-9)) if f <= 1 else d.rollout_workers * math.ceil(f)
+    return trainer, workers
+
+
+def check_ray_gpus(cfg: Config) -> None:
+    """A Ray started here (no distributed.ray_address: nothing can join it) must hold the GPUs the actors
+    reserve: otherwise an actor waits for one forever and the run hangs without a word."""
+    import ray
+
+    from rollwise.config import ConfigError
+
+    trainer, workers = ray_gpus_needed(cfg)
+    if not trainer + workers:
+        return
+    have = float(ray.cluster_resources().get("GPU", 0.0))
+    if trainer + workers <= have + 1e-9:
+        return
+    d = cfg.distributed
+    raise ConfigError(
+        f"distributed.backend=ray needs {trainer + workers} GPU(s) on this machine, Ray found {have:g}: "
+        + ("the trainer actor takes a whole one of its own (model.device=cuda) and " if trainer else "")
+        + f"distributed.rollout_workers={d.rollout_workers} at distributed.worker_gpus={d.worker_gpus:g} take "
+        f"{workers}; started anyway, the actors that get none would wait for one forever. Lower distributed.worker_gpus "
+        "or distributed.rollout_workers, or with one GPU use distributed.backend=local (the trainer and its rollout "
+        "worker share it)")
 
 
 def _kill_actors(*handles: Any) -> None:
@@ -177,6 +217,8 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
         if d.backend == "ray":
             need = d.rollout_workers * d.worker_threads + (cfg.run.torch_threads or 1)
             started_ray = init_ray(d.ray_address, max(os.cpu_count() or 1, need))
+            if started_ray and not d.ray_address:  # a cluster may add nodes; Ray running already is the caller's
+                check_ray_gpus(cfg)
             store = RayWeightStore(engine_dtype(cfg))
         else:
             store = LocalWeightStore(engine_dtype(cfg))

@@ -62,3 +62,15 @@ def test_apportion_survives_the_largest_draw_the_generator_can_return() -> None:
     assert apportion(np.full(6, 0.5), Top()).tolist() == [0, 1, 0, 1, 0, 1]
     # the point past the end goes to the last task that has a remainder, not to one whose share is whole
     assert apportion(np.array([0.5, 0.5, 1.0]), Top()).tolist() == [0, 1, 1]
+
+
+def test_dapo_says_the_pool_ran_out_when_a_back_fill_round_found_no_prompt() -> None:
+    """A back-fill round was counted before the pool was asked: with 2 prompts, 2 a step and dapo_max_rounds=2, the
+    one round that found nothing made the count 2, and the note blamed the back-fill limit for the pool running out."""
+    from test_planner import make, run_step
+
+    pl = make("dapo", uids=["a", "b"], pps=2, n=2, dapo_max_rounds=2)
+    rounds, out = run_step(pl, lambda u, r, k: 0.0)
+    assert len(rounds) == 1, rounds
+    assert out.notes == ["dapo: no unused prompts left in the pool this step with 0/2 informative groups; "
+                         "training on what there is"], out.notes

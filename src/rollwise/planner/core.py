@@ -13,6 +13,7 @@ DAPO may generate more than it (every rollout is counted), AR3PO may spend less.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,16 @@ from rollwise.planner.selectors import Selector
 from rollwise.planner.step import Group, StepState, allocation_summary
 
 MAX_ROUNDS = 64  # safety net: rounds in a step (round by round) and of one group; real strategies stop long before
+
+
+def _check_rewards(res: GroupResult) -> None:
+    """A group's rewards must be finite numbers, one length per reward: a NaN compares false with
+    everything, so whether its group counted as informative (trained, kept by DAPO) followed the
+    order of its rewards, and it counted as a failure in the belief."""
+    if len(res.lengths) != len(res.rewards):
+        raise ValueError(f"planner got {len(res.rewards)} rewards and {len(res.lengths)} lengths for uid '{res.uid}'")
+    if not all(math.isfinite(float(r)) for r in res.rewards):
+        raise ValueError(f"planner got a reward that is not a finite number for uid '{res.uid}': {list(res.rewards)}")
 
 
 class ComposedPlanner:
@@ -93,9 +104,14 @@ class ComposedPlanner:
         cooling: list[str] = []  # trained on too recently (planner.revisit_cooldown)
         seen = set(st.groups) | set(extra or ()) | self.in_flight
         # two epochs' worth of the stream hold every prompt at least once, so a cooldown that skips
-        # prompts still finds every one that is free (without one, the scan is kept as it was)
-        for _ in range(self.pool_size * (2 if self.cooldown else 1)):
+        # prompts still finds every one that is free. Without one, a scan of one pool's worth is enough
+        # only when it has looked at every prompt: begun inside an epoch, it spans the end of this
+        # epoch's order and the start of the next one's, which can hold the same prompts and miss one
+        # that is free (a step short of prompts, DAPO's "no unused prompts left"); it goes on until it has
+        for i in range(2 * self.pool_size):
             if len(out) >= k:
+                break
+            if not self.cooldown and i >= self.pool_size and len(seen) >= self.pool_size:
                 break
             uid = self.stream.take(1)[0]
             if uid in seen:
@@ -201,6 +217,7 @@ class ComposedPlanner:
             g = st.groups.get(res.uid)
             if g is None:
                 raise ValueError(f"planner got results for uid '{res.uid}', which it did not request this step")
+            _check_rewards(res)
             g.rewards.extend(float(r) for r in res.rewards)
             g.lengths.extend(int(n) for n in res.lengths)
             g.successes += sum(r >= self.success_threshold for r in res.rewards)
@@ -222,6 +239,7 @@ class ComposedPlanner:
         the step that started them, and the Brier score compares them with that step's prediction."""
         st = self._require_step()
         for res in results:
+            _check_rewards(res)
             g = st.groups.get(res.uid)
             if g is None:
                 g = st.groups[res.uid] = Group(res.uid, int(self.index[res.uid]))

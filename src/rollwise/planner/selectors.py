@@ -232,8 +232,9 @@ class FilterSelector(Selector):
         missing = st.target_prompts - len(st.informative_groups())
         if missing <= 0 or st.selector_rounds >= self.cfg.dapo_max_rounds:
             return []
-        st.selector_rounds += 1
-        return pl.take(math.ceil(self.cfg.dapo_oversample * missing), st)
+        got = pl.take(math.ceil(self.cfg.dapo_oversample * missing), st)
+        st.selector_rounds += bool(got)  # a round that found no prompt is the pool running out, not a round
+        return got
 
     def finalize(self, pl: ComposedPlanner, st: StepState) -> list[str]:
         good = [g.uid for g in st.informative_groups()]

@@ -40,8 +40,8 @@ def native_bf16(device: str = "cpu") -> bool:
     2-core Ice Lake Xeon the default job trained 2.4x slower per sequence in bf16 than in fp32, and
     on an AVX2-only EPYC its training step took 268 s in bf16 against 9.7 s in fp32. Where
     /proc/cpuinfo says nothing (macOS, Windows), torch's check decides."""
-    if device == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if device == "cuda":  # torch's check alone says yes where bf16 is only emulated (before compute capability 8.0)
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
     try:
         onednn = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):  # a torch build without oneDNN
@@ -314,19 +314,37 @@ def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
 def disable_dropout(model: torch.nn.Module) -> int:
     """Dropout off in `model`'s own layers, LoRA's adapters excepted: nn.Dropout modules get p = 0 and the
     dropout rates attention layers keep as floats (Llama's attention_dropout, passed to the attention
-    function while training) become 0. Returns how many were non-zero."""
+    function while training) become 0, and so do those of the model's config, which some models read while
+    training (Falcon's hidden_dropout and attention_dropout, Persimmon's attention_dropout). Returns how many
+    were non-zero."""
+    from transformers import PretrainedConfig
+
+    def zero_rates(obj: Any) -> int:
+        n = 0
+        for attr, value in list(vars(obj).items()):
+            if isinstance(value, float) and ("dropout" in attr or attr.endswith("pdrop")):
+                n += value > 0
+                setattr(obj, attr, 0.0)
+        return n
+
     changed = 0
+    configs: dict[int, Any] = {}
     for name, module in model.named_modules():
         if "lora_" in name:  # peft's lora_dropout: model.lora.dropout, the user's own setting
             continue
+        cfg = vars(module).get("config")
+        if isinstance(cfg, PretrainedConfig):
+            configs[id(cfg)] = cfg
+            for sub in vars(cfg).values():  # text_config and kin, which the text model's layers read
+                if isinstance(sub, PretrainedConfig):
+                    configs[id(sub)] = sub
         if isinstance(module, torch.nn.Dropout):
             changed += module.p > 0
             module.p = 0.0
             continue
-        for attr, value in list(vars(module).items()):
-            if isinstance(value, float) and ("dropout" in attr or attr.endswith("pdrop")):
-                changed += value > 0
-                setattr(module, attr, 0.0)
+        changed += zero_rates(module)
+    for cfg in configs.values():
+        changed += zero_rates(cfg)
     return changed
 
 

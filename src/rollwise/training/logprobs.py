@@ -171,10 +171,12 @@ def apply_logit_transform(logits: torch.Tensor, scale: float, softcap: float | N
     return logits
 
 
-def _head_chunk(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+def _head_chunk(h: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, targets: torch.Tensor,
                 temperature: float, want_entropy: bool, scale: float = 1.0,
-                softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = apply_logit_transform(torch.nn.functional.linear(h, weight, bias).float(), scale, softcap)
+                softcap: float | None = None, head: torch.nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    # a wrapped output layer (LoRA on lm_head) runs as a module: its weight attribute is the frozen base's alone
+    z = head(h) if head is not None else torch.nn.functional.linear(h, weight, bias)
+    logits = apply_logit_transform(z.float(), scale, softcap)
     logits = logits / temperature  # [n, V]
     logz = torch.logsumexp(logits, dim=-1)  # [n]
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz  # [n]
@@ -214,12 +216,15 @@ def response_logprobs(
     sel = batch.response_mask.bool()  # [B, R]
     h_flat = h[sel]  # [N, H]
     t_flat = batch.response_ids[sel]  # [N]
-    bias = getattr(head, "bias", None)
+    # a plain Linear head is applied from its weight; anything else (peft's LoRA wrapper of lm_head, whose
+    # .weight is the base layer's without the adapter) runs its own forward
+    plain = isinstance(head, torch.nn.Linear) and not hasattr(head, "base_layer")
+    weight, bias = (head.weight, getattr(head, "bias", None)) if plain else (None, None)
     scale, softcap = logit_transform(model)
     logps, ents = [], []
     for s in range(0, h_flat.shape[0], chunk_tokens):
-        args = (h_flat[s : s + chunk_tokens], head.weight, bias, t_flat[s : s + chunk_tokens], temperature, want_entropy,
-                scale, softcap)
+        args = (h_flat[s : s + chunk_tokens], weight, bias, t_flat[s : s + chunk_tokens], temperature, want_entropy,
+                scale, softcap, None if plain else head)
         if torch.is_grad_enabled():
             lp, en = checkpoint(_head_chunk, *args, use_reentrant=False)
         else:

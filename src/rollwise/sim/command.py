@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +39,7 @@ from rollwise.sim.fit import (
 )
 from rollwise.sim.oracle import split_oracle
 from rollwise.sim.report import curve, legend, markdown_table, plot_curves, print_table, spend, summarize
-from rollwise.sim.runner import RunSpec, default_budget, run_many
+from rollwise.sim.runner import RunSpec, build_row_planner, default_budget, run_many
 from rollwise.sim.world import LAWS, POLARISE_LAWS, SimParams, World
 
 
@@ -207,15 +208,27 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
                          "--difficulty-sd 0 leaves none (the feature would be NaN); give --difficulty-sd > 0")
     for text, (_, over) in zip(args.strategies, rows):
         planner, oracle = split_oracle(over)
-        shaping = [k for k in planner if PART_OPTIONS.get(k, ("",))[0] == "estimator"]
+        # prior_counts starts the estimator's belief: the oracle discards it with the estimator
+        shaping = [k for k in planner if PART_OPTIONS.get(k, ("",))[0] == "estimator" or k == "prior_counts"]
         if oracle == "oracle" and shaping:
             raise ValueError(f"strategy '{text}': estimator=oracle replaces the estimator, so {shaping[0]} has no "
                              "effect; drop it (oracle_seen and oracle_visit keep the preset's belief for unseen "
                              "prompts and read it)")
     try:
-        World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
+        world = World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     except ValueError as e:  # said with the flags' names
         raise ValueError(re.sub(rf"\b({'|'.join(_WORLD_FLAGS)})\b", lambda m: _WORLD_FLAGS[m.group(1)], str(e))) from None
+    # what only building a row's planner finds (a group cap below --num-generations, a prior_counts file that is
+    # missing or names none of the simulated prompts): said now, not as a traceback once the rows before it have run
+    for text, (name, over) in zip(args.strategies, rows):
+        spec = RunSpec(name, 0, steps=args.steps, prompts_per_step=args.prompts_per_step,
+                       num_generations=args.num_generations, unit=args.unit, params=params, planner=over)
+        try:
+            with warnings.catch_warnings():  # the runs themselves warn
+                warnings.simplefilter("ignore")
+                build_row_planner(spec, world, args.budget or args.prompts_per_step * args.num_generations)
+        except (ValueError, OSError) as e:
+            raise ValueError(f"strategy '{text}': {e}") from None
     return rows, fitted, params
 
 
@@ -239,7 +252,11 @@ def idle_settings(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]
         planner, oracle = split_oracle(over)
         try:
             cfg = PlannerConfig(strategy=name, **planner)
-            built = build_planner(cfg, [f"u{i}" for i in range(8)], 4, args.num_generations, 64, 0)
+            with warnings.catch_warnings():  # a toy pool: its warnings (revisit_cooldown against 8 prompts) are not the run's
+                warnings.simplefilter("ignore")
+                # without prior_counts: its file names the run's prompts, not the toy pool's (prepare has read it)
+                toy = cfg.model_copy(update={"prior_counts": None})
+                built = build_planner(toy, [f"u{i}" for i in range(8)], 4, args.num_generations, 64, 0)
         except Exception:  # noqa: BLE001 - the run says what is wrong with the row
             continue
         overlaps |= built.streams and built.follows_up
@@ -490,7 +507,8 @@ def non_world_defaults() -> dict[str, Any]:
     """Flags that --fit leaves as given; the equivalent command repeats those set away from these."""
     d = SimParams()
     return {"law": d.law, "local_lr": d.local_lr, "drift": d.drift, "transfer": d.transfer, "max_len": d.max_len,
-            "eval_size": d.n_eval, "eval_threshold": d.eval_threshold, "revisit_decay": d.revisit_decay}
+            "eval_size": d.n_eval, "eval_threshold": d.eval_threshold, "revisit_decay": d.revisit_decay,
+            "feature_r2": d.feature_r2}
 
 
 def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> None:

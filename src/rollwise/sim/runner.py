@@ -65,10 +65,9 @@ def default_budget(spec: RunSpec) -> int:
     return b
 
 
-def run_one(spec: RunSpec) -> RunResult:
-    """One strategy, one seed, until the run has spent steps * budget (rollouts or tokens)."""
-    world = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
-    budget = spec.budget or default_budget(spec)
+def build_row_planner(spec: RunSpec, world: World, budget: int) -> tuple[Any, int]:
+    """The row's planner for `world`, as the training loop builds it, and its step budget (`budget`, the
+    common one, unless the row gives its own)."""
     key = "budget_tokens" if spec.unit == "tokens" else "budget_rollouts"
     over, oracle = split_oracle(spec.planner)
     step_budget = over.pop(key, None) or budget  # a strategy's own step budget; the total stays steps * budget
@@ -78,6 +77,14 @@ def run_one(spec: RunSpec) -> RunResult:
                             spec.params.max_len, spec.seed, prompt_lengths=feature)
     if oracle:  # simulator only: (some of) the true solve rates, as a ceiling for the strategy
         planner.estimator = make_oracle(oracle, world, planner.estimator)
+    return planner, step_budget
+
+
+def run_one(spec: RunSpec) -> RunResult:
+    """One strategy, one seed, until the run has spent steps * budget (rollouts or tokens)."""
+    world = World(spec.params, spec.seed, spec.prompts_per_step, spec.num_generations)
+    budget = spec.budget or default_budget(spec)
+    planner, step_budget = build_row_planner(spec, world, budget)
     total = float(spec.steps * budget)
     rollouts, tokens, acc, latency = [0.0], [0.0], [world.eval_accuracy()], [0.0]
     eff = gen = trained = notes = 0

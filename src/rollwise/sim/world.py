@@ -165,7 +165,8 @@ class World:
 
     def solve_rate(self, idx: np.ndarray) -> np.ndarray:
         z = self._logit(idx)
-        return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(-z)), 0.0) * self.fit[idx]
+        # exp capped below its float range (a rate of 1e-304 there): a very low skill or wide spread is no overflow
+        return np.where(self.solvable[idx], 1.0 / (1.0 + np.exp(np.minimum(-z, 700.0))), 0.0) * self.fit[idx]
 
     def eval_accuracy(self) -> float:
         """The mean solve rate of the held-out prompts (sampled answers), or with eval_threshold t > 0 the
@@ -191,7 +192,7 @@ class World:
     def generate(self, req: Request) -> GroupResult:
         i = self.index[req.uid]
         z = float(self._logit(i))
-        q = 1.0 / (1.0 + math.exp(-z)) if self.solvable[i] else 0.0
+        q = 1.0 / (1.0 + math.exp(min(-z, 700.0))) if self.solvable[i] else 0.0  # capped as in solve_rate
         correct = self.rng.random(req.n) < q
         med = self.log_med[i] + np.where(correct, 0.0, math.log(self.p.wrong_length_factor))
         lengths = np.exp(med + self.p.length_sigma * self.rng.standard_normal(req.n))

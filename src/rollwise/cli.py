@@ -32,6 +32,10 @@ def _split_args(items: list[str]) -> tuple[str | None, list[str]]:
         elif config is not None and (it.endswith((".yaml", ".yml")) or Path(it).is_file()):
             raise UsageError(f"two config files ('{config}' and '{it}'): give one CONFIG.yaml and put the other's "
                              "settings in it or as KEY=VALUE overrides")
+        elif Path(it).is_dir():  # `rollwise train runs/x` for --resume, `rollwise eval KEY=VALUE runs/x`
+            raise UsageError(f"'{it}' is a folder, neither a config file (.yaml) nor a KEY=VALUE override: a run "
+                             f"folder goes after --resume (`rollwise train --resume {it}`), or first "
+                             f"(`rollwise eval {it} [KEY=VALUE ...]`, `rollwise export {it} OUT_DIR`)")
         else:
             raise UsageError(f"'{it}' is neither a config file (.yaml) nor a KEY=VALUE override")
     return config, overrides
@@ -225,6 +229,21 @@ def interrupt_hint() -> str:
     return f"; continue from its last checkpoint with `rollwise train --resume {run_dir}`"
 
 
+def name_run_dir(message: str) -> str:
+    """A `rollwise train` error's `--resume RUN_DIR` with the folder of the run that stopped; where that run has
+    no checkpoint yet (nothing to resume: --resume would refuse it), also the command that starts it again."""
+    from rollwise import ui
+    from rollwise.training.checkpoint import latest_checkpoint
+
+    run_dir = ui.active_run_dir
+    if run_dir is None or "--resume RUN_DIR" not in message:
+        return message
+    if latest_checkpoint(run_dir) is None:
+        return (f"{message.rstrip('.')}; {run_dir} has no checkpoint yet, so there is nothing to resume: start it "
+                f"again with {ui.start_again_command(run_dir)}")
+    return message.replace("--resume RUN_DIR", f"--resume {run_dir}")
+
+
 def stdout_reader_gone() -> bool:
     """Whether stdout is a pipe whose reader has closed it (`| head` that has read its lines): the
     system reports an error condition on its write end."""
@@ -267,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ConfigError, ModelError, CheckpointError, StorageError, FileNotFoundError, FileExistsError,
             UsageError, RolloutWorkerError, RewardWorkerError, RunInUseError, TrainingDivergedError) as e:
-        print(f"rollwise: error: {e}", file=sys.stderr)
+        print(f"rollwise: error: {name_run_dir(str(e)) if args.command == 'train' else e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = interrupt_hint() if args.command == "train" else ""
@@ -277,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         if not out_of_memory(e):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"rollwise: error: out of memory ({first}). {memory_hint(args.command)}", file=sys.stderr)
+        hint = memory_hint(args.command)
+        print(f"rollwise: error: out of memory ({first}). {name_run_dir(hint) if args.command == 'train' else hint}",
+              file=sys.stderr)
         return 2
     except BrokenPipeError:
         if not stdout_reader_gone():
@@ -287,7 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         where = f" writing {e.filename}" if e.filename else ""
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            print(f"rollwise: error: disk full{where} ({e.strerror}); {disk_hint(args.command)}", file=sys.stderr)
+            hint = disk_hint(args.command)
+            print(f"rollwise: error: disk full{where} ({e.strerror}); "
+                  f"{name_run_dir(hint) if args.command == 'train' else hint}", file=sys.stderr)
             return 2
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             target = f" for {e.filename}" if e.filename else ""

@@ -129,7 +129,8 @@ class DataConfig(_Section):
         description="Task mixture: reasoning-gym generators and/or local files.",
     )
     train_size: int = Field(4000, gt=0, description="Procedural training items drawn from the mixture.")
-    eval_size: int = Field(300, ge=0, description="Held-out evaluation items (never overlap training).")
+    eval_size: int = Field(300, ge=0, description="Held-out evaluation items (never overlap training); a file task "
+                           "holds out its share of them but at most 20% of its rows (none of a file of 4 rows or fewer).")
     instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to every question (for example the answer format).")
     system_prompt: str | None = Field(None, description="Optional system message for chat models.")
     use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template.")
@@ -516,7 +517,8 @@ class RunConfig(_Section):
     seed: int = Field(0, ge=0, lt=2**32, description="One seed for data order, sampling and the planner.")
     save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
-    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores this process may use; the trainer actor of a "
+    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores this process may use, "
+                                       "whatever OMP_NUM_THREADS says; the trainer actor of a "
                                        "distributed.backend=ray run takes 1).")
     progress: bool = Field(True, description="Show a progress bar.")
     tensorboard: bool = Field(True, description="Write TensorBoard events.")
@@ -599,9 +601,13 @@ class Config(_Section):
             raise ValueError(why)
         pl = self.planner
         if screen_allocator(pl) and pl.screen_size >= self.rollout.num_generations:
+            n = self.rollout.num_generations
+            fix = (f"raise rollout.num_generations above {pl.screen_size} (8 is usual)" if n == 1 else
+                   f"raise rollout.num_generations above {pl.screen_size}, lower planner.screen_size below {n}, or "
+                   "choose a strategy that does not probe (planner.strategy=uniform)")
             raise ValueError(f"planner.screen_size ({pl.screen_size}) must be below rollout.num_generations "
-                             f"({self.rollout.num_generations}): a probe that large is a whole group, so the screen "
-                             "allocator would never probe")
+                             f"({n}): a probe that large is a whole group, so the screen allocator of strategy "
+                             f"'{pl.strategy}' would never probe; {fix}")
         if self.rollout.num_generations == 1 and part(pl, "allocator") == "fixed":
             raise ValueError(f"rollout.num_generations=1 with strategy '{pl.strategy}' (allocator 'fixed'): every group "
                              f"is one sample, whose advantage against its group's mean is 0 (algo.advantage="
@@ -1124,6 +1130,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file '{p}' not found (looked for it from {Path.cwd()}); check the path")
+    if p.suffix.lower() in (".jsonl", ".csv", ".parquet"):  # `rollwise train data.jsonl`: a data file, not a config
+        raise ConfigError(f"'{p}' is a data file, not a config file (.yaml): train on it as a file task, "
+                          f"data.tasks='[{{name: {p.stem}, path: {p}, prompt_column: ..., answer_column: ...}}]' "
+                          "(or the same under data: tasks: in a CONFIG.yaml); `rollwise options` lists the keys")
     try:
         loaded = yaml.load(p.read_text(), Loader=_UniqueKeyLoader) or {}  # noqa: S506  (a SafeLoader)
     except _DuplicateKey as e:
@@ -1171,7 +1181,8 @@ def config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, 
 
 
 def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, default, description) for every leaf option: the options table of `rollwise options`."""
+    """(dotted key, default, description) for every leaf option: the options table of `rollwise options`; a list of
+    sections (data.tasks, reward.functions) is followed by the keys of its items (`data.tasks[].path`)."""
     rows: list[tuple[str, str, str]] = []
     for name, field in model.model_fields.items():
         ann = field.annotation
@@ -1179,8 +1190,14 @@ def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[t
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             rows.extend(describe_fields(ann, key + "."))
             continue
+        if field.is_required():  # a list item's own key, such as data.tasks[].name
+            rows.append((key, "required", field.description or ""))
+            continue
         default = field.get_default(call_default_factory=True)
         if isinstance(default, list) and default and isinstance(default[0], BaseModel):
             default = [d.model_dump(exclude_defaults=True) for d in default]
         rows.append((key, repr(default), field.description or ""))
+        item = get_args(ann)[0] if get_origin(ann) is list and get_args(ann) else None
+        if isinstance(item, type) and issubclass(item, BaseModel):  # the keys of each item: data.tasks[].path
+            rows.extend(describe_fields(item, f"{key}[]."))
     return rows

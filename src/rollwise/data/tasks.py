@@ -480,7 +480,8 @@ def _file_split(
     n_eval = min(n_eval, cap)
     head, tail = rows[: len(rows) - n_eval], rows[len(rows) - n_eval :]
     if n_train > len(head):
-        log.warning("task '%s': wanted %d training rows, the file has %d; using all", label, n_train, len(head))
+        log.warning("task '%s': wanted %d training rows, the file has %d%s; using all", label, n_train, len(head),
+                    f" besides the {n_eval} held out" if n_eval else "")
     train = [_file_item(task, label, "train", r) for r in head]  # build_items takes n_train of those not held out
     return train, [_file_item(task, label, "eval", r) for r in tail]
 

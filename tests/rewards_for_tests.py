@@ -87,3 +87,8 @@ def consumes_the_answer(completion: str, item) -> float:
     item.answer = "overwritten"
     item.entry["seen"] = True
     return right
+
+
+def reads_the_answer_by_key(completion: str, item) -> float:
+    """A reward written for dataset rows: item["answer"], as TRL's reward functions read a column."""
+    return float(completion.strip() == item["answer"])

@@ -138,3 +138,16 @@ def test_a_function_that_changes_its_item_in_place_does_not_change_later_calls()
         res = runner.score(["12", "12", "7"], [shared] * 3)
     assert [list(p.values()) for p in res.parts] == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]], res.parts
     assert shared.answer == "12" and shared.entry == {}
+
+
+def test_a_reward_function_may_read_the_item_by_key():
+    """item["answer"] raised "'PromptItem' object is not subscriptable": a reward written for dataset rows (as
+    TRL's are) scored 0 on every call, counted as errors."""
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:reads_the_answer_by_key"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        res = runner.score(["12", "7"], [item("12")] * 2)
+    assert res.rewards == [1.0, 0.0] and res.errors == 0, res.messages
+    rg = PromptItem(uid="u", task="t", question="q", answer="4", entry={"metadata": {"x": 1}})
+    assert rg["question"] == "q" and rg["metadata"] == {"x": 1} and rg.get("nope", 5) == 5
+    with pytest.raises(KeyError, match="a prompt item has uid, task, question, answer, entry, and its entry 'metadata'"):
+        rg["nope"]

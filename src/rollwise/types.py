@@ -28,6 +28,25 @@ class PromptItem:
     answer: str
     entry: dict[str, Any] = field(default_factory=dict)
 
+    def __getitem__(self, key: str) -> Any:
+        """`item["answer"]` reads `item.answer`, as a reward function written for rows of a dataset expects; a
+        key that is no field is looked up in `entry` (a reasoning-gym item's `metadata`)."""
+        if key in _ITEM_FIELDS:
+            return getattr(self, key)
+        if key in self.entry:
+            return self.entry[key]
+        raise KeyError(f"{key!r}: a prompt item has {', '.join(_ITEM_FIELDS)}"
+                       + (f", and its entry {', '.join(map(repr, self.entry))}" if self.entry else ""))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+_ITEM_FIELDS = ("uid", "task", "question", "answer", "entry")
+
 
 @dataclass
 class Sample:

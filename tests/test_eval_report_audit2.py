@@ -127,7 +127,7 @@ def test_per_task_accuracy_keeps_two_entries_of_one_generator_apart():
     class Runner:
         def score(self, texts, its):
             parts = [{"m": float(not it.uid.startswith("chain_sum#2"))} for it in its]
-            return SimpleNamespace(parts=parts, rewards=[p["m"] for p in parts])
+            return SimpleNamespace(parts=parts, rewards=[p["m"] for p in parts], errors=0, timeouts=0, nans=0)
 
     tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: str(ids))
     m = evaluate(Engine(), items, [[1]] * len(items), Runner(), "m", tok, max_new_tokens=2)
@@ -261,3 +261,30 @@ def test_a_run_stopped_before_max_steps_writes_its_last_step_to_a_log_file(monke
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rollwise: step")]
     assert [ln.split("  ")[0] for ln in lines] == ["rollwise: step 2/40"], lines
     assert "reward 0.250" in lines[0] and lines[0].endswith("12 s, stopped"), lines
+
+
+def test_eval_counts_the_reward_calls_that_failed():
+    """A reward function that raised on every call gave `rollwise eval` an accuracy of 0 and nothing else: the
+    warning pointed to reward/errors, a training metric eval does not show."""
+    from types import SimpleNamespace
+
+    from rollwise.config import RewardConfig
+    from rollwise.engine.hf import GenerationOutput
+    from rollwise.evaluate import evaluate
+    from rollwise.rewards import RewardRunner
+    from rollwise.types import PromptItem
+
+    class Engine:
+        def generate(self, reqs, generator=None):
+            return [GenerationOutput([5], [0.0], [0], "stop") for _ in reqs]
+
+    items = [PromptItem(uid=f"t:eval:{i}", task="t", question="q", answer="1") for i in range(3)]
+    tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "ok")
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:raises_unless_ok"}, {"name": "exact_match"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        m = evaluate(Engine(), items, [[1]] * 3, runner, "raises_unless_ok", tok, max_new_tokens=2, pass_k=2)
+    assert m["eval/reward_failures"] == 0.0
+    cfg = RewardConfig(functions=[{"name": "rewards_for_tests:always_raises"}], timeout=30)
+    with RewardRunner(cfg) as runner:
+        m = evaluate(Engine(), items, [[1]] * 3, runner, "always_raises", tok, max_new_tokens=2, pass_k=2)
+    assert m["eval/accuracy"] == 0.0 and m["eval/reward_failures"] == 3.0 + 6.0, m

@@ -25,7 +25,7 @@ class StubRunner:
 
     def score(self, texts, items):
         parts = [{"correct": float(t == it.answer)} for t, it in zip(texts, items)]
-        return SimpleNamespace(parts=parts, rewards=[p["correct"] for p in parts])
+        return SimpleNamespace(parts=parts, rewards=[p["correct"] for p in parts], errors=0, timeouts=0, nans=0)
 
 
 class StubTokenizer:

@@ -214,6 +214,6 @@ def run_eval_command(args: argparse.Namespace) -> int:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for k, v in m.items():
-        table.add_row(k, str(int(v)) if k == "eval/items" else f"{v:.4f}" if isinstance(v, float) else escape(str(v)))
+        table.add_row(k, str(int(v)) if k in ("eval/items", "eval/reward_failures") else f"{v:.4f}" if isinstance(v, float) else escape(str(v)))
     Console().print(table)
     return 0

@@ -59,6 +59,8 @@ def evaluate(
         "eval/response_len_mean": sum(len(o.response_ids) for o in outs) / len(items),
         # answers cut at max_new_tokens: a run whose answers get shorter may gain accuracy just by finishing them
         "eval/truncated_frac": sum(o.finish_reason == "length" for o in outs) / len(items),
+        # calls that raised, hung or returned no number scored 0: an accuracy of 0 from a broken reward says so
+        "eval/reward_failures": float(res.errors + res.timeouts + res.nans),
     }
     if pass_k > 0:
         gen = torch.Generator().manual_seed(seed + 1_000_003)
@@ -67,6 +69,7 @@ def evaluate(
         texts = [tokenizer.decode(o.response_ids, skip_special_tokens=True) for o in outs]
         rep = [it for it in items for _ in range(pass_k)]
         res = runner.score(texts, rep)
+        metrics["eval/reward_failures"] += res.errors + res.timeouts + res.nans
         ok = [is_correct(p, primary) for p in res.parts]
         hits = [any(ok[i * pass_k : (i + 1) * pass_k]) for i in range(len(items))]
         metrics[f"eval/pass@{pass_k}"] = sum(hits) / len(items)

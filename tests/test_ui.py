@@ -36,9 +36,12 @@ def test_an_unfinished_run_says_how_to_continue_it(tmp_path):
                                                 f"`rollwise train --resume {run}` continues from its last checkpoint")
 
 
-def test_nothing_to_say_without_steps_or_config():
-    assert stop_reason(CFG, []) is None
+def test_nothing_to_say_without_a_config_and_a_run_with_no_step_says_it_did_not_finish():
     assert stop_reason({}, _steps(3)) is None
+    # a run that failed in its first step had a report of "steps 0" and no word of why (audit, 2026-12-07)
+    assert stop_reason(CFG, [{"step": 0, "eval/accuracy": 0.1}], "runs/x") == (
+        "not finished: no step trained of 10 (it stopped before its first step, or is still starting; its error is "
+        "where it ran); start it again with `rollwise train runs/x/config.yaml run.name=x run.output_dir=runs`")
 
 
 def test_each_resume_is_named_with_the_settings_it_changed(tmp_path, capsys):

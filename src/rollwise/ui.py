@@ -158,8 +158,11 @@ def stop_reason(cfg: dict[str, Any], history: list[dict[str, Any]], run_dir: Pat
     evaluation missing; or stopped before its first checkpoint, so it is started again)."""
     train, ev = cfg.get("train") or {}, cfg.get("eval") or {}
     steps = [h for h in history if "rollout/reward_mean" in h]
-    if not steps or "max_steps" not in train:
+    if "max_steps" not in train:
         return None
+    if not steps:  # a run that failed (or was killed) before its first step was logged: the report is empty
+        return (f"not finished: no step trained of {train['max_steps']} (it stopped before its first step, or is "
+                f"still starting; its error is where it ran); start it again with {start_again_command(run_dir)}")
     last, max_steps = steps[-1]["step"], train["max_steps"]
     budget, tokens = train.get("max_rollout_tokens"), steps[-1].get("rollout/tokens_total", 0)
     since = [h["eval/evals_since_best"] for h in history if "eval/evals_since_best" in h]

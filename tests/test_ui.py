@@ -97,8 +97,10 @@ def test_a_log_file_gets_plain_progress_lines_and_notes_without_the_bar(monkeypa
     for step in (1, 2, 3):  # at 10 s: too soon; at 40 s: a line; at 50 s: the last step's line
         bar.update(step, {"rollout/reward_mean": 0.25})
     bar.close()
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("rollwise: step")]
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("rollwise: step")]
     assert [ln.split("  ")[0] for ln in lines] == ["rollwise: step 2/3", "rollwise: step 3/3"]
+    assert "3/3" not in err.replace("rollwise: step 3/3", "")  # the bar's last frame was printed at the end too
     assert "reward 0.250" in lines[0] and "about 20 s left" in lines[0]
     off = ui.StepProgress(total=3, start=0, enabled=False)  # run.progress=false: warnings are still said
     off.note("step 1: reward errors=0 timeouts=2 nans=0 (scored 0)")

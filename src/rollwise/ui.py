@@ -34,7 +34,7 @@ class StepProgress:
         self.progress = Progress(
             TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=console, disable=not enabled,
+            console=console, disable=not enabled or self.plain,  # a log file gets plain lines instead
         )
         self.task = self.progress.add_task("train", total=total, completed=start, info="")
         self.step, self.info, self.shown = start, "", start  # the last step updated, its figures, the last step written

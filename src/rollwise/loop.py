@@ -126,12 +126,14 @@ def local_path(path: str) -> str:
 
 
 def absolute_paths(cfg: Config) -> Config:
-    """`cfg` with its local files and folders (the model, file tasks, reward files, prior counts) as absolute
+    """`cfg` with its local files and folders (the model and its cache, file tasks, reward files, prior counts) as absolute
     paths, so that the run's config.yaml works from any folder (`rollwise eval`, `export`, `--resume`); built-in
     model names, hub ids and importable modules stay as given."""
     data = config_to_dict(cfg)
     if cfg.model.name_or_path not in BUILTIN_MODELS:
         data["model"]["name_or_path"] = local_path(cfg.model.name_or_path)
+    if cfg.model.cache_dir:  # always a local folder, made when first used: absolute whether there yet or not
+        data["model"]["cache_dir"] = str(Path(cfg.model.cache_dir).expanduser().resolve())
     for task in data["data"]["tasks"]:
         if task.get("path"):
             task["path"] = local_path(task["path"])
@@ -190,7 +192,12 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
                                 "(give the folder `rollwise train` printed as 'run folder: ...')")
     saved = read_run_config(run_dir)
     run_over = overrides.get("run") if isinstance(overrides.get("run"), dict) else {}
-    moved = sorted(k for k in ("name", "output_dir") if k in run_over and run_over[k] != (saved.get("run") or {}).get(k))
+    was_run = saved.get("run") or {}
+    if "output_dir" in run_over and same_folder(run_over["output_dir"], was_run.get("output_dir")):
+        # the run's own folder named another way (~, relative): no move, and config.yaml keeps it as saved
+        overrides = {**overrides, "run": {k: v for k, v in run_over.items() if k != "output_dir"}}
+        run_over = overrides["run"]
+    moved = sorted(k for k in ("name", "output_dir") if k in run_over and run_over[k] != was_run.get(k))
     if moved:
         raise ConfigError(f"--resume continues the run in {run_dir}; run.{' and run.'.join(moved)} cannot move it. "
                           "Copy the folder and resume the copy, or start a new run")
@@ -203,7 +210,8 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
             raise ConfigError(f"{path}, the run's saved settings: {e}\nEdit that file (a key this version of rollwise "
                               "does not know can be deleted), then resume") from None
         raise
-    was, now = leaves(saved), leaves(config_to_dict(cfg))
+    # local paths as config.yaml keeps them (absolute): the same model or data file given relatively is no change
+    was, now = leaves(saved), leaves(config_to_dict(absolute_paths(cfg)))
     for key in leaves(overrides):
         if key.startswith(FIXED_ON_RESUME) and key in was and was[key] != now.get(key):
             raise ConfigError(f"--resume cannot change {key} ({was[key]} -> {now.get(key)}): the checkpoint's training "
@@ -220,6 +228,13 @@ def load_resumed_config(run_dir: str, overrides: dict[str, Any]) -> Config:
         raise ConfigError(f"--resume {run_dir}: the run's last checkpoint is at step {at}, past train.max_steps="
                           f"{cfg.train.max_steps}; to train on, give a train.max_steps above {at}")
     return cfg
+
+
+def same_folder(a: Any, b: Any) -> bool:
+    """Whether two run.output_dir values name one folder (`~/runs`, `runs` from the current folder, `/home/me/runs`)."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return a == b
+    return a == b or Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
 def loop_kind(leaves: dict[str, Any]) -> str:
@@ -397,6 +412,11 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
 
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
     eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
+    if eval_dropped:  # as `rollwise eval` says it: eval/accuracy is over fewer items than data.eval_size
+        none = "; none is left, so the run evaluates nothing" if not eval_keep else ""
+        print(f"rollwise: warning: {len(eval_dropped)} of {len(eval_items)} held-out items are longer than "
+              f"data.max_prompt_length={cfg.data.max_prompt_length} tokens and are left out of the run's "
+              f"evaluations{none}; raise data.max_prompt_length to keep them", file=sys.stderr)
     ckpt = latest_checkpoint(run_dir) if resume else None
     # a resumed planner's belief comes from the checkpoint, so planner.prior_counts' file is not read again
     pcfg = cfg.planner.model_copy(update={"prior_counts": None}) if ckpt is not None else cfg.planner
@@ -877,7 +897,8 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         done = is_last_step(run, step + 1)
         if is_eval_step(cfg, step + 1) and not (done and cfg.eval.at_end):  # at the last step the final one does
             progress.update(step + 1, {**metrics, **run_eval(run, step + 1)})
-            done = stopped_early(run, step + 1, progress) or done
+            # a run at its last step (train.max_steps, the token budget) has finished: not an early stop
+            done = done or stopped_early(run, step + 1, progress)
         if done or is_checkpoint_step(cfg, step + 1):
             save(run, step + 1, {"engine": engine.state_dict(), "executor": executor.state_dict()})
         if done:

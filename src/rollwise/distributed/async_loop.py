@@ -281,7 +281,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             report_step(run, step + 1, produced, metrics, progress)
             if is_eval_step(cfg, step + 1) and not (done and cfg.eval.at_end):  # at the last step the final one does
                 progress.update(step + 1, {**metrics, **evaluate_now(step + 1)})
-                if stopped_early(run, step + 1, progress):
+                if not done and stopped_early(run, step + 1, progress):  # at its last step a run has finished
                     done = checkpoint = True
             if checkpoint:  # the producer is waiting at the gate: planner and workers hold steps <= step only
                 call("save", step + 1, loop_state(run, {"pool": pool.state_dict(), "driver_rng": rng_state()}))

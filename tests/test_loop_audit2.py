@@ -1,0 +1,105 @@
+"""Second audit of the synchronous loop (rollwise.loop): resumes, evaluations and what a run says, on the tiny
+model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_e2e import TESTS, _args, _train_lines
+
+from rollwise.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _tests_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+QUIET = ["eval.at_start=false", "eval.at_end=false"]
+
+
+def test_a_resume_given_the_same_model_by_a_relative_path_is_not_refused_as_a_change(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """config.yaml keeps local paths absolute; a resume that repeats the start's command line from the same folder
+    (model.name_or_path=./model) was compared as written and refused: "--resume cannot change
+    model.name_or_path (/abs/model -> model)", naming a change that is none."""
+    monkeypatch.chdir(tiny_model_dir.parent)
+    rel = [f"model.name_or_path={tiny_model_dir.name}"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "relmodel", 1, QUIET), *rel]) == 0
+    run = tmp_path / "relmodel"
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "train.max_steps=2", *rel]) == 0, capsys.readouterr().err
+    assert [r["step"] for r in _train_lines(run)] == [1, 2]
+    assert "model.name_or_path" not in capsys.readouterr().err
+    # a really different model is still refused
+    assert main(["train", "--resume", str(run), "train.max_steps=3", f"model.name_or_path={tmp_path}"]) == 2
+    assert "--resume cannot change model.name_or_path" in capsys.readouterr().err
+
+
+def test_a_relative_model_cache_dir_is_saved_as_an_absolute_one(tiny_model_dir, tmp_path, monkeypatch):
+    """absolute_paths writes the run's local files and folders as absolute paths so that config.yaml works from
+    any folder (`rollwise eval RUN`, `--resume`); model.cache_dir, the folder a built-in model is converted into
+    and a hub model downloaded to, stayed relative: read from another folder it named another, empty cache."""
+    import yaml
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "cache", 1, QUIET), "model.cache_dir=hf_cache"]) == 0
+    saved = yaml.safe_load((tmp_path / "cache" / "config.yaml").read_text())
+    assert saved["model"]["cache_dir"] == str(work / "hf_cache")
+
+
+def test_held_out_items_too_long_for_the_prompt_limit_are_said_not_left_out_silently(tiny_model_dir, tmp_path,
+                                                                                     capsys):
+    """Held-out prompts longer than data.max_prompt_length were left out of every evaluation without a word
+    (`rollwise eval` says so): eval/accuracy was over fewer items than data.eval_size, and with all of them too
+    long eval.at_start, at_end, save_best and early stopping did nothing, silently."""
+    longer = ["data.tasks=[{name: chain_sum, params: {min_terms: 2, max_terms: 3, max_digits: 2}}]",
+              "data.max_prompt_length=88", "eval.at_start=false"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "longeval", 1, longer)]) == 0
+    err = capsys.readouterr().err
+    evals = [json.loads(x) for x in (tmp_path / "longeval" / "metrics.jsonl").read_text().splitlines()
+             if "eval/items" in x]
+    n = int(evals[-1]["eval/items"])
+    assert n < 8
+    assert (f"{8 - n} of 8 held-out items are longer than data.max_prompt_length=88 tokens and are left out of the "
+            "run's evaluations") in err, err
+
+
+def test_a_resume_that_names_the_runs_own_output_dir_another_way_is_not_refused_as_a_move(tiny_model_dir, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """run.output_dir is saved expanded (~ and all); a resume given the start's own `run.output_dir=~/out` (or the
+    folder relative to the current one) was compared as written and refused: "run.output_dir cannot move it"."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *_args(tiny_model_dir, tmp_path / "out", "here", 1, QUIET)]) == 0
+    run = tmp_path / "out" / "here"
+    capsys.readouterr()
+    for same in ("~/out", "out", "./out/"):
+        assert main(["train", "--resume", str(run), "train.max_steps=1", f"run.output_dir={same}"]) == 0, \
+            capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "train.max_steps=1", "run.output_dir=~/elsewhere"]) == 2
+    assert "run.output_dir cannot move it" in capsys.readouterr().err
+
+
+def test_a_run_whose_patience_runs_out_at_its_last_step_says_it_finished_not_that_it_stopped_early(
+        tiny_model_dir, tmp_path, capsys):
+    """The evaluation at train.max_steps (eval.at_end off) that reached eval.early_stopping_patience made the run say
+    "step 3: early stop ...", for a run that trained every step it was asked for: the summary says train.max_steps,
+    and a resume says finished, not stopped early (the tiny model's accuracy stays 0: every evaluation after the
+    first counts toward the patience)."""
+    extra = ["eval.at_start=false", "eval.at_end=false", "eval.every_n_steps=1", "eval.early_stopping_patience=2"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "lastpatience", 3, extra)]) == 0
+    run = tmp_path / "lastpatience"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3]
+    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "eval/accuracy" in x]
+    assert [e["eval/evals_since_best"] for e in evals] == [0, 1, 2]  # the patience did run out at step 3
+    out = capsys.readouterr()
+    assert "early stop" not in out.err, out.err
+    assert "stopped by" in out.out and "train.max_steps=3" in out.out
+    # the asynchronous loop said it too
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "lastpatience_async", 3,
+                                 [*extra, "distributed.async_training=true"])]) == 0
+    assert "early stop" not in capsys.readouterr().err

@@ -103,3 +103,18 @@ def test_threads_default_to_the_cores_this_process_may_use(monkeypatch):
         assert usable_cores() == 1 and set_threads(None) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_unset_torch_threads_follow_omp_num_threads_where_it_is_set(monkeypatch):
+    """OMP_NUM_THREADS=1 (a shared machine, two runs side by side) was overridden: the run took every usable core."""
+    import os
+
+    from rollwise.environment import default_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for value, want in (("1", 1), ("3", 3), ("16", 4), ("0", 4), ("many", 4), (None, 4)):
+        if value is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert default_threads() == want, value

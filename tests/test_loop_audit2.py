@@ -103,3 +103,21 @@ def test_a_run_whose_patience_runs_out_at_its_last_step_says_it_finished_not_tha
     assert main(["train", *_args(tiny_model_dir, tmp_path, "lastpatience_async", 3,
                                  [*extra, "distributed.async_training=true"])]) == 0
     assert "early stop" not in capsys.readouterr().err
+
+
+def test_a_resume_that_trains_nothing_records_no_setting_change(tiny_model_dir, tmp_path, capsys):
+    """`--resume RUN reward.functions=[...]` on a run at its train.max_steps said "nothing to train" but rewrote
+    config.yaml and added an environment.json entry: the summary and `rollwise eval RUN` then used a reward no step
+    had trained with."""
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "done", 2, ["eval.at_start=false"])]) == 0
+    run = tmp_path / "done"
+    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]"]) == 2
+    err = capsys.readouterr().err
+    assert "the run has finished its train.max_steps=2, so no step would train with the change to " \
+           "reward.functions" in err, err
+    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    # with a larger train.max_steps the change trains, and is recorded
+    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]", "train.max_steps=3"]) == 0
+    assert "exact_match" in (run / "config.yaml").read_text()

@@ -115,3 +115,14 @@ def test_a_run_folder_with_brackets_keeps_its_name_in_the_summary(tmp_path, caps
     (run / "metrics.jsonl").write_text('{"step": 1, "rollout/reward_mean": 0.5}\n')
     print_summary(run)
     assert "sweep[lr]" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_a_run_with_no_held_out_items_is_not_said_to_miss_its_final_evaluation(tmp_path):
+    """A file task of 4 rows holds none out: the run finished, but the report said "not finished ... its final
+    evaluation (eval.at_end) missing ... --resume makes it", and a resume changed nothing."""
+    (tmp_path / "checkpoints" / "step_10").mkdir(parents=True)
+    cfg = {**CFG, "eval": {"at_end": True}, "data": {"eval_size": 300}}
+    history = [{"step": 0, "time/setup_s": 1.0, "data/eval_items": 0.0}, *_steps(10)]
+    assert stop_reason(cfg, history, tmp_path) == "train.max_steps=10"
+    history[0]["data/eval_items"] = 30.0  # with held-out items the final evaluation is still due
+    assert stop_reason(cfg, history, tmp_path).startswith("not finished: step 10 of 10 trained, its final evaluation")

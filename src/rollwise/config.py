@@ -517,8 +517,8 @@ class RunConfig(_Section):
     seed: int = Field(0, ge=0, lt=2**32, description="One seed for data order, sampling and the planner.")
     save_every: int = Field(5, ge=0, description="Checkpoint every N steps (0 = only at the end).")
     keep_checkpoints: int = Field(2, gt=0, description="Checkpoints kept on disk.")
-    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = all cores this process may use, "
-                                       "whatever OMP_NUM_THREADS says; the trainer actor of a "
+    torch_threads: int | None = Field(None, gt=0, description="torch threads (None = OMP_NUM_THREADS where it is set, at most the "
+                                       "cores this process may use, else all of those; the trainer actor of a "
                                        "distributed.backend=ray run takes 1).")
     progress: bool = Field(True, description="Show a progress bar.")
     tensorboard: bool = Field(True, description="Write TensorBoard events.")

@@ -72,6 +72,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_threads() -> int:
+    """torch threads for run.torch_threads unset: OMP_NUM_THREADS where the user set it (a shared machine, two runs
+    side by side), at most the usable cores; else the usable cores."""
+    cores = usable_cores()
+    try:
+        asked = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:  # unset, or not a number (torch ignores it then too)
+        return cores
+    return min(asked, cores) if asked > 0 else cores
+
+
 def _cpu() -> dict[str, Any]:
     model, flags = _model_and_flags()
     model = model or platform.processor() or platform.machine()

@@ -35,7 +35,7 @@ from rollwise.data.tasks import repeated_questions_note
 from rollwise.engine import HFEngine
 from rollwise.engine.executor import RolloutExecutor
 from rollwise.engine.factory import build_engine, check_context_length
-from rollwise.environment import record_environment, replace_text, usable_cores
+from rollwise.environment import default_threads, record_environment, replace_text
 from rollwise.evaluate import evaluate, is_correct, success_not_correct
 from rollwise.models import (
     BUILTIN_MODELS,
@@ -93,7 +93,9 @@ def seed_everything(seed: int) -> None:
 
 
 def set_threads(n: int | None) -> int:
-    n = n or usable_cores()  # the cores this process may use, not the machine's (two runs on 2 cores: 50x slower)
+    # OMP_NUM_THREADS where set, else the cores this process may use, not the machine's (two runs on 2 cores: 50x
+    # slower)
+    n = n or default_threads()
     torch.set_num_threads(n)
     return n
 
@@ -272,6 +274,19 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
         print(f"rollwise: {len(added)} setting(s) are newer than this run's config.yaml and take their defaults: "
               f"{', '.join(added)}", file=sys.stderr)
     return changes, added
+
+
+def refuse_idle_changes(run: Run, changes: dict[str, list[Any]] | None) -> None:
+    """A resume of a run that finished its train.max_steps, without a larger one, trains no step: it must not
+    record setting changes, or config.yaml and the summary would say the run used settings no step ran with, and
+    `rollwise eval RUN_DIR` would score with them. The run's own settings (run.*) may change. (A change that
+    itself stops the run, a patience or a token budget already reached, is recorded: it is what the run did.)"""
+    changed = [k for k in changes or () if not k.startswith("run.")]
+    if changed and run.start_step >= run.cfg.train.max_steps:
+        raise ConfigError(f"--resume {run.run_dir}: the run has finished its train.max_steps={run.cfg.train.max_steps}, "
+                          f"so no step would train with the change to {', '.join(changed)}, and nothing was changed. "
+                          "To train on, give a larger train.max_steps as well; to evaluate its weights under other "
+                          f"settings, use `rollwise eval {run.run_dir} KEY=VALUE ...`")
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:
@@ -470,6 +485,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
         note = resume_best(run.best, run_dir, run.start_step, evaluated_at(run_dir, run.start_step))
         if note and cfg.eval.save_best:
             print(f"rollwise: {note}", file=sys.stderr)
+        refuse_idle_changes(run, changes)
     if resume:  # the checkpoint took the config: now config.yaml may say so
         write_config(run_dir, cfg)
     dtype = str(compute_dtype(cfg.model.dtype, cfg.model.device)).removeprefix("torch.")
@@ -489,7 +505,9 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     except BaseException:
         run.tracker.close()
         raise
-    run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start})
+    # the held-out items the run evaluates (0: no final evaluation is due, which `rollwise report` reads)
+    run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start,
+                                     "data/eval_items": float(len(run.eval_items))})
     if dropped:
         run.tracker.log(run.start_step, {"data/dropped_long_prompts": float(len(dropped))})
     return run

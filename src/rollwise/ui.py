@@ -149,6 +149,9 @@ def final_eval_missing(cfg: dict[str, Any], history: list[dict[str, Any]], last:
     ev, data = cfg.get("eval") or {}, cfg.get("data") or {}
     if ev.get("at_end") is not True or last == 0 or not (data.get("eval_size", 300) or 0) > 0:
         return False
+    held_out = [h["data/eval_items"] for h in history if "data/eval_items" in h]  # runs since 2026-12-07
+    if held_out and held_out[-1] == 0:  # a file too small to hold any out, or every item over the prompt limit
+        return False
     return not any(h.get("step") == last and "eval/accuracy" in h for h in history)
 
 

@@ -67,7 +67,9 @@ _LIST_HINT = "python -c \"import reasoning_gym.factory as f; print(sorted(f.DATA
 
 def allocate(total: int, weights: list[float]) -> list[int]:
     """Split `total` in proportion to `weights`: largest remainder, ties to the earlier index."""
-    exact = [total * w / sum(weights) for w in weights]
+    # as written (0.3 and 0.1 are 3:1 exactly), so float rounding never decides a tie
+    ws = [Fraction(repr(float(w))) for w in weights]
+    exact = [total * w / sum(ws) for w in ws]
     counts = [math.floor(x) for x in exact]
     order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
     for i in order[: total - sum(counts)]:

@@ -4,9 +4,12 @@ Answer extraction (`extract_answer`), applied in this order:
 
 1. the contents of the last ``<answer>...</answer>`` pair, if there is one;
 2. else the contents of the last ``\\boxed{...}`` (nested braces are matched);
+   a box that is the whole of the tag's contents (``<answer>\\boxed{12}</answer>``) and a ``\\text{...}``
+   (``\\textbf``, ``\\mathrm``, ...) around the whole answer are taken off;
 3. else the last non-empty line (or, when it is a sentence with neither a number nor an
    "answer" prefix, such as "I hope it is correct.", the last line before it with one), with a
-   leading "answer:"/"the answer is" and surrounding markdown/LaTeX decoration (``* $ `` and a
+   leading "answer:"/"the answer is" (also as a markdown label, "**Answer**:", "### Answer:") and surrounding
+   markdown/LaTeX decoration (``* $ `` and a
    final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
    ``x+2``); otherwise the first number after an "answer is" prefix (``The answer is 2, since
    98 = 2 * 49`` gives ``2``), else the last number in it (``The sum is 12.`` gives ``12``), or the
@@ -46,8 +49,9 @@ FORMAT_MAX_CHARS = 32
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_PREFIX = re.compile(r"^(?:the\s+)?(?:final\s+)?answer\b\s*(?:is\b)?\s*[:=]?\s*", re.IGNORECASE)
-_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+# a markdown heading or bold label counts as the prefix too: "### Answer: Paris", "**Answer**: Paris"
+_PREFIX = re.compile(r"^(?:#{1,6}\s*)?_{0,2}(?:the\s+)?(?:final\s+)?answer(?:_{1,2})?\b[\s*_]*(?:is\b)?[\s*_]*[:=]?\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:/\d+)?")  # ".5" too
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DECORATION = "*$`'\" \t"
 
@@ -139,10 +143,28 @@ def answer_candidates(completion: str) -> list[str]:
     if marked is None:
         marked = _last_boxed(completion)
     if marked is not None:
-        return [_lone_number(marked)]
+        return [_lone_number(_unwrap(marked))]
     raw = _answer_line(completion)
     first, line = _lone_number(_line_answer(raw)), _strip_decoration(raw)
     return [first, line] if line and line != first else [first]
+
+
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+
+
+def _unwrap(marked: str) -> str:
+    """A tag's or box's contents without a box that is the whole of the tag's ("<answer>\\boxed{12}</answer>",
+    also between $...$) or a text wrapper that is the whole answer ("\\boxed{\\text{Yes}}")."""
+    inner = marked.strip(_DECORATION)
+    opened = _BOXED.match(inner)
+    if opened:
+        end = _box_end(inner, opened.end(), quotes=True)
+        if end is None:
+            end = _box_end(inner, opened.end(), quotes=False)
+        if end == len(inner) - 1:
+            marked = inner[opened.end():end].strip()
+    m = _TEXT_WRAPPER.fullmatch(marked.strip())
+    return m.group(1).strip() if m else marked
 
 
 def _lone_number(answer: str) -> str:
@@ -254,7 +276,8 @@ def _rg_scorer(source_dataset: str) -> Callable[[str, dict], float]:
 
 
 def reasoning_gym(completion: str, item: PromptItem) -> float:
-    """The generator's own `score_answer` on the extracted answer.
+    """The generator's own `score_answer` on the extracted answer, or on the whole answer line (without a tag
+    or box) where that line, and not the extracted answer, gets full credit.
 
     Items without ``entry['metadata']['source_dataset']`` (file tasks) fall back to
     `exact_match`. Note that reasoning-gym's default scorer gives partial credit
@@ -267,7 +290,15 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
     if not source or (matched and not any(ch.isalpha() for ch in gold_answer(item))):
         return matched
     entry = item.entry if "answer" in item.entry else {**item.entry, "answer": item.answer}
-    return float(_rg_scorer(source)(extract_answer(completion), entry))
+    scorer = _rg_scorer(source)
+    first, *line = answer_candidates(completion)
+    score = float(scorer(first, entry))
+    # an answer with spaces and numbers is the whole answer line, not its last number: countdown's and puzzle24's
+    # expressions ("4*94 - 6 - 61"), rubiks_cube's moves. The line counts only where its scorer gives it full
+    # credit, so "The answer is 5 + 7 = 12." still reads 5 (the line's partial credit is not taken)
+    if score < 1.0 and line and float(scorer(line[0], entry)) == 1.0:
+        return 1.0
+    return score
 
 
 def prepare_reasoning_gym(items: list[PromptItem]) -> None:

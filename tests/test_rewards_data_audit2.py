@@ -102,3 +102,17 @@ def test_reasoning_gym_keeps_the_deliberate_reading_of_an_equation_line() -> Non
 def test_allocate_breaks_exact_ties_to_the_earlier_task_whatever_float_rounding_says(total, weights, expected) -> None:
     assert allocate(total, weights) == expected
     assert sum(allocate(total, weights)) == total
+
+
+@pytest.mark.parametrize("text,want", [
+    ("So the answer is 2, since 98 = 2 * 49.", "2"),
+    ("Thus the final answer is 12.", "12"),
+    ("We know 5 + 7 = 12, so the answer is 12", "12"),
+    ("Therefore, the answer is -3 (we checked 4 cases)", "-3"),
+    ("The sum is 12.", "12"),  # no "answer is": the last number, as before
+])
+def test_answer_is_later_in_the_line_names_the_answer_as_at_its_start(text, want):
+    """"So the answer is 2, since 98 = 2 * 49." read 49: the "answer is" rule held only at the start of the line."""
+    from rollwise.rewards.verifiers import extract_answer
+
+    assert extract_answer(text) == want

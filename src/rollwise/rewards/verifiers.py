@@ -11,8 +11,9 @@ Answer extraction (`extract_answer`), applied in this order:
    leading "answer:"/"the answer is" (also as a markdown label, "**Answer**:", "### Answer:") and surrounding
    markdown/LaTeX decoration (``* $ `` and a
    final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
-   ``x+2``); otherwise the first number after an "answer is" prefix (``The answer is 2, since
-   98 = 2 * 49`` gives ``2``), else the last number in it (``The sum is 12.`` gives ``12``), or the
+   ``x+2``); otherwise the first number after an "answer is" prefix, or after "answer is" later in the
+   line (``The answer is 2, since 98 = 2 * 49`` and ``So the answer is 2, since ...`` give ``2``), else
+   the last number in it (``The sum is 12.`` gives ``12``), or the
    line itself when it holds no number. `exact_match` also compares the whole line with the gold
    answer, so a gold answer with words ("12 apples", "2, 3") matches the same line.
 
@@ -133,7 +134,14 @@ def _line_answer(raw: str) -> str:
     if not numbers:
         return line
     # "The answer is 2, since 98 = 2 * 49": the number the prefix names, not the last one
-    return numbers[0] if prefixed else numbers[-1]
+    if prefixed:
+        return numbers[0]
+    named = _NAMED.search(line)  # "So the answer is 2, since ...": the same, mid-line
+    after = _NUMBER.findall(line[named.end():]) if named else []
+    return after[0] if after else numbers[-1]
+
+
+_NAMED = re.compile(r"\banswer\s+is\b", re.IGNORECASE)
 
 
 def answer_candidates(completion: str) -> list[str]:

@@ -4,6 +4,7 @@ import sys
 import types
 
 import pytest
+import torch
 
 from rollwise.config import ConfigError, build_config
 from rollwise.distributed import async_loop
@@ -64,3 +65,24 @@ def test_the_trainer_actor_is_killed_when_its_start_is_interrupted(monkeypatch, 
     with pytest.raises(KeyboardInterrupt):
         async_loop._make_learner(run, store=None)
     assert killed == [handle]
+
+
+def test_a_worker_ray_restarted_draws_a_fresh_random_stream(monkeypatch, tiny_model_dir):
+    """A rollout worker that Ray restarted after a crash was built from its spec's seed again: it drew the same random
+    numbers as its first start, so its samples repeated the start's draws."""
+    from rollwise.config import load_config
+    from rollwise.distributed import worker as worker_mod
+    from rollwise.distributed.store import LocalWeightStore
+
+    cfg = load_config(None, [f"model.name_or_path={tiny_model_dir}", "model.dtype=float32"])
+    spec = worker_mod.WorkerSpec(cfg, str(tiny_model_dir), [1], 0, {}, seed=7, set_threads=False)
+
+    def first_draws(restarted: bool):
+        monkeypatch.setattr(worker_mod, "restarted_by_ray", lambda: restarted)
+        w = worker_mod.RolloutWorker(spec, LocalWeightStore(torch.float32))
+        return torch.rand(4, generator=w.engine.generator)
+
+    assert torch.equal(first_draws(False), first_draws(False))  # a first start follows its seed
+    assert not torch.equal(first_draws(False), first_draws(True))
+    monkeypatch.undo()
+    assert worker_mod.restarted_by_ray() is False  # outside a Ray actor

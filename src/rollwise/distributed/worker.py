@@ -4,7 +4,8 @@ The same class runs in process (backend=local) and as a Ray actor (backend=ray).
 chunks of `distributed.weight_sync_tokens` sampled tokens it asks the weight store for
 newer weights; sequences in flight keep their tokens (and per-token versions) and
 continue under the new weights. A worker that Ray restarts after a crash runs this
-constructor again and so starts from the newest published weights.
+constructor again and so starts from the newest published weights, with a fresh random stream
+(its seed's would draw the same numbers as its first start did).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ class WorkerSpec:
     set_threads: bool = True  # False for in-process workers: the trainer owns this process's torch threads
 
 
+def restarted_by_ray() -> bool:
+    """Whether this process is a Ray actor that Ray restarted after it died (False outside Ray)."""
+    try:
+        import ray
+
+        return bool(ray.is_initialized() and ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - no Ray, or not inside an actor (the property asserts there)
+        return False
+
+
 class GenerationCancelled(Exception):
     """Raised at a chunk boundary in a worker the run has cancelled (it is stopping: Ctrl-C, an error)."""
 
@@ -46,7 +57,8 @@ class RolloutWorker:
         model = None if cfg.rollout.engine == "vllm" else load_model(spec.model_path, torch.float32)
         if model is not None and cfg.model.device == "cuda":
             model = model.to("cuda")
-        self.engine = build_engine(cfg, model, spec.eos_ids, spec.pad_id, spec.seed, spec.model_path)  # type: ignore[arg-type]
+        seed = int.from_bytes(os.urandom(4), "little") >> 1 if restarted_by_ray() else spec.seed
+        self.engine = build_engine(cfg, model, spec.eos_ids, spec.pad_id, seed, spec.model_path)  # type: ignore[arg-type]
         ro = cfg.rollout
         self.executor = RolloutExecutor(self.engine, spec.prompt_ids, ro.max_completion_length, ro.temperature,
                                         keep_kv=ro.partial_keep_kv, sync_tokens=cfg.distributed.weight_sync_tokens,

@@ -102,3 +102,18 @@ def test_disable_dropout_also_covers_rates_models_read_from_their_config():
         with torch.no_grad():
             a, b = (response_logprobs(tr.model, batch, 1.0)[0] for _ in range(2))
         assert_close(a, b, atol=0, rtol=0, msg=cls.__name__)
+
+
+def test_lora_runs_print_no_transformers_deprecation_noise(tiny_model_dir):
+    """Every LoRA train or export printed transformers 5's FutureWarning about `is_gradient_checkpointing` (peft
+    reads the old name)."""
+    import warnings
+
+    from rollwise.config import load_config
+    from rollwise.models import apply_lora, load_model
+
+    cfg = load_config(None, [f"model.name_or_path={tiny_model_dir}", "model.lora.enabled=true"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_lora(load_model(str(tiny_model_dir)), cfg.model)
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

@@ -9,6 +9,7 @@ import inspect
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,9 @@ def apply_lora(model: torch.nn.Module, cfg: ModelConfig) -> torch.nn.Module:
         if getattr(model.config, "tie_word_embeddings", False) else set()
     linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
     try:
-        peft_model = get_peft_model(model, lcfg)
+        with warnings.catch_warnings():  # peft reads transformers 5's deprecated name: noise on every LoRA run
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            peft_model = get_peft_model(model, lcfg)
     except ValueError as e:
         raise ModelError(f"model.lora.target_modules {cfg.lora.target_modules} do not match this model: "
                          f"{_error_text(e, 200)}; its linear layers: {', '.join(linear)}") from None

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -62,12 +64,19 @@ def require_vllm() -> None:
         raise VLLMUnavailable("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=continuous")
 
 
+# vLLM keeps its forward context (attention metadata of the running step) in a module global, not per thread:
+# two engines of one process stepping at once (the asynchronous loop's rollout thread and the evaluation engine)
+# would run on each other's metadata. Every call into vLLM holds this lock, so their steps take turns.
+_VLLM_LOCK = threading.RLock()
+
+
 def _load_weights_in_worker(worker: Any, weights: list[tuple[str, torch.Tensor]]) -> None:
     worker.model_runner.model.load_weights(weights=weights)
 
 
 class VLLMEngine:
     accepts_feed = True  # run_round(feed=...): follow-up requests join a running round
+    _told_reset = False  # a refused prefix-cache reset is warned once (per engine)
 
     def __init__(self, model_path: str, eos_token_ids: list[int], pad_token_id: int, dtype: torch.dtype = torch.bfloat16,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, gpu_memory_utilization: float = 0.3,
@@ -92,8 +101,15 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ protocol
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        self.llm.collective_rpc(_load_weights_in_worker, args=(list(state_dict.items()),))
-        self.llm.reset_prefix_cache()
+        with _VLLM_LOCK:
+            self.llm.collective_rpc(_load_weights_in_worker, args=(list(state_dict.items()),))
+            # vLLM refuses (returns False) while blocks are still held: its cached prefixes would then be the old
+            # weights' keys and values, used under the new version without a word
+            if self.llm.reset_prefix_cache() is False and not self._told_reset:
+                self._told_reset = True  # said once: untested on a GPU here, so a warning rather than a stop
+                warnings.warn("vLLM did not reset its prefix cache after a weight update (some KV blocks were still "
+                              "in use): cached prompt prefixes may be served with the previous weights' keys and "
+                              "values until the next reset", stacklevel=2)
         self.version = version
 
     def generate(self, requests: list[GenerationRequest], generator: Any = None) -> list[GenerationOutput]:
@@ -127,30 +143,42 @@ class VLLMEngine:
                                                  "length", request_id=r.request_id))
                 return
             key = f"rw-{next(self._ids)}"
+            prompt, params = TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)), self._params(r, gen)
+            with _VLLM_LOCK:
+                engine.add_request(key, prompt, params)
             live[key] = r
-            engine.add_request(key, TokensPrompt(prompt_token_ids=list(r.prompt_ids) + list(r.prefix_ids)),
-                               self._params(r, gen))
 
-        for i, r in enumerate(requests):
-            add(r if r.request_id is not None else replace(r, request_id=i))
         produced, stop, follow = 0, RoundStop(stop_when, token_budget), RoundFeed(feed)
-        while True:
-            for r in follow(finished):
-                add(r)
-            if not live or stop(produced, finished):
-                break
-            for ro in engine.step():
-                if ro.request_id not in live:
-                    continue
-                before = len(latest[ro.request_id].token_ids) if ro.request_id in latest else 0
-                latest[ro.request_id] = ro.outputs[0]
-                produced += len(ro.outputs[0].token_ids) - before
-                if ro.finished:
-                    finished.append(self._output(live.pop(ro.request_id), ro.outputs[0]))
+        try:
+            for i, r in enumerate(requests):
+                add(r if r.request_id is not None else replace(r, request_id=i))
+            while True:
+                for r in follow(finished):
+                    add(r)
+                if not live or stop(produced, finished):
+                    break
+                with _VLLM_LOCK:
+                    step = engine.step()
+                for ro in step:
+                    if ro.request_id not in live:
+                        continue
+                    before = len(latest[ro.request_id].token_ids) if ro.request_id in latest else 0
+                    latest[ro.request_id] = ro.outputs[0]
+                    produced += len(ro.outputs[0].token_ids) - before
+                    if ro.finished:
+                        finished.append(self._output(live.pop(ro.request_id), ro.outputs[0]))
+        except BaseException:
+            # a failing callback (feed, stop_when) or step: requests left in vLLM would keep decoding in later
+            # rounds, unseen, holding KV blocks (and the prefix cache could then not be reset)
+            if live:
+                with _VLLM_LOCK:
+                    engine.abort_request(list(live))
+            raise
         self.stats["sampled_tokens"] += produced
         unfinished = []
         if live:
-            engine.abort_request(list(live))
+            with _VLLM_LOCK:
+                engine.abort_request(list(live))
             for key, r in live.items():
                 unfinished.append(self._resumable(r, latest.get(key)))
         return finished, unfinished

@@ -84,6 +84,10 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
+    missing = [a for a in argv if not Path(a).is_dir()]
+    if missing:  # a mistyped folder would print empty tables and exit 0
+        print(f"cut_successes.py: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
     print("| folder | run | correct answers cut, steps 1-3 / all | cut answers correct | final | lead over uniform "
           "| held-out answer tokens |")
     print("|---|---|---|---|---|---|---|")
@@ -108,4 +112,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     sys.exit(main(sys.argv[1:]))

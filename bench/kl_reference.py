@@ -9,6 +9,7 @@ reference (`PolicyTrainer`, algo.beta > 0), and under a bf16 copy of the weights
 import copy
 import importlib.util
 import os
+import sys
 
 import torch
 
@@ -46,4 +47,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     main()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,11 @@ def fit(data: dict, model: str) -> tuple[float, dict, np.ndarray]:
 
 
 def main() -> None:
-    data = json.loads(Path("bench/out/zero_rate_prompts.json").read_text())
+    source = Path("bench/out/zero_rate_prompts.json")
+    if not source.exists():
+        sys.exit(f"learning_shape.py: {source} is missing (run from the repository root, after "
+                 "bench/zero_rate_prompts.py, which writes it)")
+    data = json.loads(source.read_text())
     n = data["samples"]
     c0 = np.array([r["base"] for r in data["per_prompt"]])
     c1 = np.array([r["trained"] for r in data["per_prompt"]])
@@ -122,4 +127,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     main()

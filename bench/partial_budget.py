@@ -18,6 +18,7 @@ twice (when requested and when adopted) and that its empty group lowered the cos
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -146,4 +147,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     main()

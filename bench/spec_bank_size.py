@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import io
 import os
+import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -63,4 +64,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     main()

@@ -25,7 +25,12 @@ def mean_len(xs) -> float:
 
 def main() -> None:
     set_threads(2)
-    dtype = getattr(torch, sys.argv[1] if len(sys.argv) > 1 else "bfloat16")
+    name = sys.argv[1] if len(sys.argv) > 1 else "bfloat16"
+    if name not in ("bfloat16", "float32", "float16"):
+        print(f"spec_same_weights.py: unknown engine dtype {name!r}; give bfloat16 (default), float32 or float16",
+              file=sys.stderr)
+        sys.exit(2)
+    dtype = getattr(torch, name)
     cfg = load_config(None, ["data.train_size=16", "data.eval_size=8"])
     path = resolve_model_path("smollm2-135m", None)
     tok = load_tokenizer(path)
@@ -49,4 +54,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     main()

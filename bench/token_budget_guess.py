@@ -3,8 +3,14 @@ off? uniform, 12,800 tokens a step, max_completion_length 4096 (a guess of 2048)
 
     .venv/bin/python bench/token_budget_guess.py     # a second
 """
-from rollwise.config import PlannerConfig
-from rollwise.planner import GroupResult, build_planner
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)
+    sys.exit(0)
+
+from rollwise.config import PlannerConfig  # noqa: E402
+from rollwise.planner import GroupResult, build_planner  # noqa: E402
 
 for steps in (10, 30):
     uids = [f"u{i}" for i in range(4000)]

@@ -57,7 +57,7 @@ class LoraConfig(_Section):
                            "masks and the engine generates without it, so with algo.num_iterations > 1 the policy ratio "
                            "carries dropout noise.")
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1,
         description="Module names that receive adapters.",
     )
 
@@ -164,13 +164,16 @@ class RewardConfig(_Section):
         "which samples count as correct (held-out accuracy, pass@k, `rollout/accuracy`, `rollout/groups`): a sample it "
         "scores 1. The planner and the replay bank read the total reward instead (planner.success_threshold).",
     )
-    timeout: float = Field(5.0, gt=0, description="Seconds one reward call may take before it scores 0.")
+    # the reward worker is waited on with Connection.poll, whose milliseconds must fit a C int (about 24.8 days)
+    timeout: float = Field(5.0, gt=0, le=1e6, description="Seconds one reward call may take before it scores 0 "
+                           "(at most 1e6).")
     truncated_reward: float | None = Field(
         None, description="The reward of a training sample cut at rollout.max_completion_length, in place of its "
         "score (SIRI's rule is 0): an answer cut mid-way that happens to end on the right number then teaches "
         "nothing. Its reward functions' parts become 0, so it counts as wrong in rollout/accuracy and "
-        "rollout/groups, and the planner and the replay bank treat it as a failure unless the value is at least "
-        "planner.success_threshold. null: scored as written. Held-out evaluation always scores answers as written.")
+        "rollout/groups, and the planner and the replay bank treat it as a failure unless its reward is at least "
+        "planner.success_threshold: the value, less reward.overlong_penalty where reward.overlong_buffer > 0 (a cut "
+        "sample is at the cap). null: scored as written. Held-out evaluation always scores answers as written.")
     overlong_buffer: int = Field(
         0, ge=0, description="DAPO's soft overlong punishment: a training sample longer than "
         "rollout.max_completion_length - overlong_buffer tokens loses overlong_penalty x (its excess / the buffer) "
@@ -618,6 +621,19 @@ class Config(_Section):
         lo, hi = pl.min_samples_per_prompt, pl.max_samples_per_prompt
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"planner.min_samples_per_prompt ({lo}) must be <= planner.max_samples_per_prompt ({hi})")
+        n, alloc = self.rollout.num_generations, part(pl, "allocator")
+        # the allocators' own default maxima (planner/allocators.py): a minimum above one was accepted, then every
+        # prompt got the maximum
+        default_hi = {"knapsack": (16 * n, "16 x"), "rank": (n + n // 2, "1.5 x")}.get(alloc or "")
+        if lo is not None and hi is None and default_hi is not None and lo > default_hi[0]:
+            raise ValueError(f"planner.min_samples_per_prompt ({lo}) must be <= the most samples a prompt gets, "
+                             f"{default_hi[0]} (allocator '{alloc}' of strategy '{pl.strategy}': {default_hi[1]} "
+                             f"rollout.num_generations, as planner.max_samples_per_prompt is unset); set "
+                             f"planner.max_samples_per_prompt to {lo} or more, or lower the minimum")
+        if hi is not None and hi < n and alloc in ("hardness", "screen"):  # make_planner's check, before the model loads
+            raise ValueError(f"planner.max_samples_per_prompt ({hi}) is below rollout.num_generations ({n}), "
+                             f"the group allocator '{alloc}' (strategy '{pl.strategy}') gives a prompt before it adds "
+                             f"any: raise it to {n} or more, or lower rollout.num_generations")
         if pl.greso_explore_min > pl.greso_explore_max:
             raise ValueError(f"planner.greso_explore_min ({pl.greso_explore_min}) must be <= "
                              f"planner.greso_explore_max ({pl.greso_explore_max})")
@@ -798,6 +814,9 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
     "rollout.spec_lenience": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.spec_topk": (lambda c: c.rollout.speculative_reuse, "rollout.speculative_reuse=true"),
     "rollout.num_slots": (lambda c: c.rollout.engine == "continuous", "rollout.engine=continuous"),
+    "rollout.transpose_weights": (lambda c: c.rollout.engine != "vllm",
+                                  "rollout.engine=hf or continuous in training (vLLM keeps its own weight layout), "
+                                  "and by `rollwise eval`"),
     "rollout.overlap_rounds": (_overlaps, "a planner that asks for follow-up rounds within a step (adaptive's "
                                "probe top-ups and growth with planner.screen_followup=same_step, ar3po's stages with "
                                "planner.ar3po_stages > 1), on the continuous or vllm engine in the synchronous loop "
@@ -875,6 +894,9 @@ _READ_WHEN: dict[str, tuple[Any, str]] = {
                         "(rollout.batch_size, rollout.num_slots)"),
     "eval.max_completion_length": (_evaluates, "an evaluation (eval.at_start, at_end or every_n_steps, and "
                                    "data.eval_size > 0)"),
+    "train.share_prompt_forward": (lambda c: not c.train.gradient_checkpointing,
+                                   "train.gradient_checkpointing=false (gradient checkpointing turns the shared "
+                                   "prompt forward off)"),
     "train.skip_zero_advantage": (lambda c: c.algo.beta == 0 and c.algo.entropy_coef == 0,
                                   "algo.beta=0 and algo.entropy_coef=0 (otherwise every sample is forwarded anyway)"),
     "algo.offpolicy_correction": (lambda c: c.algo.offpolicy_correction != "mask_resumed" or _carries(c)
@@ -928,9 +950,14 @@ def unused_settings(cfg: Config) -> list[str]:
     if unread:
         out.append(unread)
     pl = cfg.planner
-    if pl.success_threshold != type(pl).model_fields["success_threshold"].default and not _counts_successes(cfg):
-        from rollwise.planner.strategies import part
+    from rollwise.planner.strategies import part
 
+    if part(pl, "selector") == "skip" and pl.greso_hard_threshold >= pl.greso_easy_threshold:
+        out.append(f"planner.greso_hard_threshold={pl.greso_hard_threshold:g} is not below planner.greso_easy_threshold="
+                   f"{pl.greso_easy_threshold:g}: GRESO tests a visit for easy first, so a visit whose share of "
+                   f"successful samples is from {pl.greso_easy_threshold:g} to {pl.greso_hard_threshold:g} counts as "
+                   "easy, not hard; lower greso_hard_threshold below greso_easy_threshold")
+    if pl.success_threshold != type(pl).model_fields["success_threshold"].default and not _counts_successes(cfg):
         out.append(f"planner.success_threshold={pl.success_threshold:g} decides which samples count as successes, "
                    f"which no part of strategy '{pl.strategy}' (selector '{part(pl, 'selector')}', allocator "
                    f"'{part(pl, 'allocator')}', repair '{part(pl, 'repair')}') reads: it changes only the metrics "
@@ -971,6 +998,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not key:
             raise ConfigError(f"override '{item}' has an empty key")
         parts = key.split(".")
+        if "" in parts:
+            raise ConfigError(f"override '{item}': the key '{key}' has an empty part (a dot too many); write "
+                              "section.key=VALUE, for example algo.beta=0.04")
         listed = next((i for i, part in enumerate(parts) if part.isdigit() or "[" in part), None)
         if listed is not None:  # data.tasks.0.weight or data.tasks[0].weight
             whole = ".".join([*parts[:listed], parts[listed].split("[")[0]] if "[" in parts[listed] else parts[:listed])
@@ -979,7 +1009,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             raise ConfigError(f"override '{item}': a list's items cannot be set one by one; give {whole} whole, as a "
                               f"YAML list{example}")
         text = _text_field(key)
-        if text is not None and not (len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\""):
+        if text is not None and not _one_quoted_string(raw):
             # a text option keeps the text as typed: YAML would cut `#...` as a comment, read `a: b` as a
             # mapping and 2024-11-30 as a date; null (or ~) still means None where None is allowed
             _set_dotted(tree, key, None if text == "optional" and raw in ("null", "~") else raw)
@@ -990,6 +1020,17 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             raise ConfigError(f"override '{item}': value is not valid YAML ({e})") from None
         _set_dotted(tree, key, value)
     return tree
+
+
+def _one_quoted_string(raw: str) -> bool:
+    """Whether `raw` is one quoted YAML string ('a: b', "x"), not text that only starts and ends with a quote
+    ("Answer" then "stop")."""
+    if not (len(raw) > 1 and raw[0] == raw[-1] and raw[0] in "'\""):
+        return False
+    try:
+        return isinstance(yaml.safe_load(raw), str)
+    except yaml.YAMLError:
+        return False
 
 
 def _text_field(key: str) -> str | None:
@@ -1147,7 +1188,22 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
                           "UTF-8") from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"config file '{p}' must hold a mapping of sections, got {type(loaded).__name__}")
-    return loaded
+    return _empty_sections(loaded)
+
+
+def _empty_sections(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`tree` with each section YAML read as null (`model:` with every key under it commented out) made empty."""
+    out = dict(tree)
+    fields = getattr(_model_at(path), "model_fields", {})
+    for k, v in tree.items():
+        sub = fields[k].annotation if k in fields else None  # a section, not a list of them (data.tasks)
+        if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+            continue
+        if v is None:
+            out[k] = {}
+        elif isinstance(v, dict):
+            out[k] = _empty_sections(v, (*path, k))
+    return out
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

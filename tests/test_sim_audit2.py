@@ -120,3 +120,12 @@ def test_a_row_with_prior_counts_still_gets_its_idle_field_warnings(tmp_path) ->
     lines = idle_settings(args, prepare(args)[0])
     assert [x.split(" has no effect")[0] for x in lines] == [
         f"strategy 'adaptive:prior_counts={counts}:success_threshold=0.5': success_threshold"]
+
+
+def test_an_estimator_option_beside_the_full_oracle_names_the_oracle_not_the_presets_estimator():
+    """adaptive:estimator=oracle:estimator_window=8 said "strategy 'adaptive' uses estimator 'irt'": the estimator
+    the user had replaced."""
+    from rollwise.sim.command import parse_strategy
+
+    with pytest.raises(ValueError, match="estimator=oracle replaces the estimator, so estimator_window has no effect"):
+        parse_strategy("adaptive:estimator=oracle:estimator_window=8")

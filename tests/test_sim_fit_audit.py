@@ -105,3 +105,11 @@ def test_simulate_fit_says_which_tasks_it_took_as_unsolvable(tmp_path, capsys) -
     data = json.loads((out / "results.json").read_text())
     assert data["params"]["tasks"] == 2 and data["params"]["unsolvable"] >= 0.2
     assert data["fit"]["hopeless"] == {"spell_backward": 60} and data["fit"]["groups"] == 300
+
+
+def test_too_few_first_visits_once_hopeless_tasks_are_set_aside_says_so() -> None:
+    """11 first visits, 10 of them in a task never solved: the fit said "only 1 prompts were rolled out for the first
+    time ... raise --fit-steps", with --fit-steps unset and no word of the 10 set aside."""
+    with pytest.raises(FitError, match=r"only 1 of the 11 first visits are in tasks solved at least once \(chain_sum "
+                                       r"\(10 first visits\) never were: set aside as unsolvable\)"):
+        fit_world([Visit("gcd", "0110", 1)] + [Visit("chain_sum", "0000", 1)] * 10)

@@ -64,7 +64,7 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         out.append(("response tokens in groups with both outcomes", "line", [("correct", right), ("wrong", wrong)]))
     unseen = unseen_solve_rate(steps)
     if unseen:
-        out.append(("solve rate on prompts never rolled out before", "line", [("", unseen)]))
+        out.append(("solve rate on prompts never rolled out before (blocks of 5 steps)", "line", [("", unseen)]))
     return out
 
 

@@ -60,8 +60,16 @@ def parse_strategy(text: str) -> tuple[str, dict[str, Any]]:
         if k == "strategy":
             raise ValueError(f"strategy '{text}': the strategy is the name before the first ':'; drop strategy=")
         over[k] = yaml.safe_load(v)
+    planner, oracle = split_oracle(over)
+    # said before the config's own check, which would name the preset's estimator the oracle replaces; prior_counts
+    # starts the estimator's belief, which the oracle discards with the estimator
+    shaping = [k for k in planner if PART_OPTIONS.get(k, ("",))[0] == "estimator" or k == "prior_counts"]
+    if oracle == "oracle" and shaping:
+        raise ValueError(f"strategy '{text}': estimator=oracle replaces the estimator, so {shaping[0]} has no "
+                         "effect; drop it (oracle_seen and oracle_visit keep the preset's belief for unseen "
+                         "prompts and read it)")
     try:
-        build_config({"planner": {"strategy": name, **split_oracle(over)[0]}})
+        build_config({"planner": {"strategy": name, **planner}})
     except ConfigError as e:
         raise ValueError(f"strategy '{text}': {e}") from None
     return name, over
@@ -206,14 +214,6 @@ def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]],
     if args.feature_r2 and not args.difficulty_sd:
         raise ValueError("--feature-r2 is the share of the prompts' difficulty spread that a feature explains, and "
                          "--difficulty-sd 0 leaves none (the feature would be NaN); give --difficulty-sd > 0")
-    for text, (_, over) in zip(args.strategies, rows):
-        planner, oracle = split_oracle(over)
-        # prior_counts starts the estimator's belief: the oracle discards it with the estimator
-        shaping = [k for k in planner if PART_OPTIONS.get(k, ("",))[0] == "estimator" or k == "prior_counts"]
-        if oracle == "oracle" and shaping:
-            raise ValueError(f"strategy '{text}': estimator=oracle replaces the estimator, so {shaping[0]} has no "
-                             "effect; drop it (oracle_seen and oracle_visit keep the preset's belief for unseen "
-                             "prompts and read it)")
     try:
         world = World(params, 0, args.prompts_per_step, args.num_generations)  # its own checks
     except ValueError as e:  # said with the flags' names
@@ -528,13 +528,13 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
               f"their share of the first visits, {fit.hopeless_share:.3f}, is part of the unsolvable share, and the simulated "
               f"world has the other {len(fit.tasks)} task(s)")
     if fit.lr_unsolvable is not None and fit.unsolvable_in_fitted_tasks > 0:
-        print(f"  the all-wrong groups{among} call for a share of prompts at a zero rate (likelihood ratio {fit.lr_unsolvable:.1f} "
+        print(f"  the all-wrong groups{among} call for a share of prompts at a zero rate (likelihood ratio {fit.lr_unsolvable:.2f} "
               f"> {LR_CRITICAL}); the simulator keeps them unsolvable for good, which flatters skipping them: "
               "compare with --unsolvable 0" + (f" (here at least {math.ceil(fit.hopeless_share * 1000) / 1000:g}, the hopeless "
                                                 "tasks' share)" if fit.hopeless else ""))
     elif fit.lr_unsolvable is not None:
         print(f"  no unsolvable share{among}: one would not explain the groups better (likelihood ratio "
-              f"{fit.lr_unsolvable:.1f} <= {LR_CRITICAL})")
+              f"{fit.lr_unsolvable:.2f} <= {LR_CRITICAL})")
     if fit.unsolvable_interval is not None:
         (lo, hi), (k_lo, k_hi), (s_lo, s_hi) = fit.unsolvable_interval, fit.skill0_range, fit.spread_range
         why = "a zero rate and a hard tail explain all-wrong groups alike: " if hi - lo >= 0.05 else ""
@@ -553,11 +553,11 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
         print(f"  learning: the mean skill moved {fit.learning:+.3f}{se(fit.se_learning)} per effective sample per uniform "
               f"batch of the run{floor}")
         print(f"  and the spread grew: sd sqrt(spread^2 + (g X)^2), g {fit.growth:.3f}{se(fit.se_growth)} per effective sample "
-              f"per uniform batch (likelihood ratio {fit.lr_growth:.1f} > {LR_CRITICAL} against a fixed spread) -> "
+              f"per uniform batch (likelihood ratio {fit.lr_growth:.2f} > {LR_CRITICAL} against a fixed spread) -> "
               f"--polarise {args.polarise} --polarise-law add (polarise: growth's share of shift + growth) and "
               + (f"--lr {args.lr} (shift + growth)" if args.law != "saturating" else lr_used))
     if fit.lr_growth is not None and fit.growth is None:
-        print(f"  the spread did not grow measurably (likelihood ratio {fit.lr_growth:.1f} <= {LR_CRITICAL}): no --polarise")
+        print(f"  the spread did not grow measurably (likelihood ratio {fit.lr_growth:.2f} <= {LR_CRITICAL}): no --polarise")
     m = min(v.n for v in visits)
     obs = observed_histogram(visits, m)
     pred = predicted_histogram(fit, m, SimParams().discrimination, visits=visits)

@@ -239,12 +239,16 @@ def _fold_hopeless(visits: list[Visit], hopeless: dict[str, int], discrimination
     names = ", ".join(f"{t} ({k} first visits)" for t, k in sorted(hopeless.items()))
     if not rest:
         raise FitError(f"every sample of every first visit was wrong (tasks {names}): no level can be measured; fit "
-                       "more steps (--fit-steps) or a run whose prompts are sometimes solved")
+                       "a longer run (or more of its steps, where --fit-steps cut them) or one whose prompts are sometimes solved")
     h = 1.0 - len(rest) / len(visits)
     if unsolvable is not None and unsolvable < h:
         raise FitError(f"--unsolvable {unsolvable:g} is below the share of first visits in tasks never solved "
                        f"({h:.3f}: {names}), which the fit counts as unsolvable; give --unsolvable {math.ceil(h * 1000) / 1000:g} "
                        "or more, or leave it out")
+    if len(rest) < min_groups:
+        raise FitError(f"only {len(rest)} of the {len(visits)} first visits are in tasks solved at least once ({names} "
+                       f"never were: set aside as unsolvable); at least {min_groups} are needed: fit a longer run (or "
+                       "more of its steps, where --fit-steps cut them)")
     fit = fit_world(rest, discrimination, None if unsolvable is None else (unsolvable - h) / (1.0 - h),
                     min_groups, growth)
 
@@ -298,14 +302,14 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
 
     if len(visits) < min_groups:
         raise FitError(f"only {len(visits)} prompts were rolled out for the first time in the steps fitted; "
-                       f"at least {min_groups} are needed: raise --fit-steps or fit a longer run")
+                       f"at least {min_groups} are needed: fit a longer run (or more of its steps, where --fit-steps cut them)")
     tasks = sorted({v.task for v in visits})
     for t in tasks:  # a task all wrong (or all right) has its level's maximum at infinity: nothing to fit
         got = [v for v in visits if v.task == t]
         if all(v.correct == 0 for v in got) or all(v.correct == v.n for v in got):
             what = "wrong" if got[0].correct == 0 else "correct"
             raise FitError(f"every sample of the {len(got)} first visits of task {t} was {what}: its level is beyond "
-                           "what the rollouts can measure; fit more steps (--fit-steps) or a run where the task's "
+                           "what the rollouts can measure; fit a longer run (or more of its steps, where --fit-steps cut them) or one where the task's "
                            f"prompts are sometimes {'solved' if what == 'wrong' else 'failed'}")
     learn = len({v.signal for v in visits}) > 1  # first visits at different points of training
     growth = growth and learn
@@ -367,7 +371,8 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
             if math.isfinite(val) and (best is None or val < best[0]):
                 best = (val, theta.detach().clone())
     if best is None:
-        raise FitError("the fit did not converge; fit more steps (--fit-steps) or a run with larger groups")
+        raise FitError("the fit did not converge; fit a longer run (or more of its steps, where --fit-steps cut them) or "
+                       "one with larger groups")
     val, theta = best
     k = len(tasks)
     u = float(torch.sigmoid(theta[-1])) if unsolvable is None else float(unsolvable)

@@ -129,3 +129,16 @@ def test_an_estimator_option_beside_the_full_oracle_names_the_oracle_not_the_pre
 
     with pytest.raises(ValueError, match="estimator=oracle replaces the estimator, so estimator_window has no effect"):
         parse_strategy("adaptive:estimator=oracle:estimator_window=8")
+
+
+def test_a_row_that_made_uniforms_decisions_on_every_seed_is_named(capsys, tmp_path):
+    """At a short horizon over a large pool no prompt comes back, and greso (which skips by a prompt's history) gave
+    exactly uniform's numbers in every column without a word: a reader took it for a measured tie."""
+    from test_sim_audit import parsed
+
+    args = parsed("--strategies", "uniform", "greso", "adaptive", "--seeds", "2", "--steps", "3", "--workers", "1",
+                  "--quiet", "--out", str(tmp_path))
+    assert args.func(args) == 0
+    err = capsys.readouterr().err
+    assert "'greso' made uniform's decisions on every seed" in err, err
+    assert "'adaptive' made uniform's" not in err  # it probes new prompts: other decisions from the first step

@@ -340,6 +340,11 @@ def run_command(args: argparse.Namespace) -> int:
                   if getattr(args, "lr_fitted", False) else ""), file=sys.stderr)
     target = f"{args.target:.3f}" if args.target is not None else "uniform's final accuracy (per seed)"
     small_steps(args, rows, base, results)
+    for label in same_as_uniform(results):
+        print(f"rollwise simulate: warning: '{label}' made uniform's decisions on every seed (the same rollouts, tokens "
+              f"and accuracy after every step): its parts act on what prompts showed before, and in {args.steps} steps "
+              f"of {base.prompts_per_step} prompts over a pool of {params.n_train} they had little or nothing to act on "
+              "(raise --steps or lower --pool), or its options leave it uniform", file=sys.stderr)
     title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              + f"revisit decay {args.revisit_decay}, "
              + f"budget {base.budget:,} {args.unit}/step x "
@@ -365,6 +370,20 @@ def run_command(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"curves: {png}\ntable:  {args.out / 'table.md'}")
     return 0
+
+
+def same_as_uniform(results: dict[str, list]) -> list[str]:
+    """The rows whose every seed has uniform's curves exactly (so the same requests every step: the world draws
+    its outcomes from one stream per seed); none without a plain uniform row."""
+    base = {r.seed: r for r in results.get("uniform", [])}
+    same = []
+    for label, res in results.items():
+        if label == "uniform" or not base or not res:
+            continue
+        if all(r.seed in base and all(np.array_equal(getattr(r, k), getattr(base[r.seed], k))
+                                      for k in ("rollouts", "tokens", "accuracy")) for r in res):
+            same.append(label)
+    return same
 
 
 def small_steps(args: argparse.Namespace, rows: list[tuple[str, dict[str, Any]]], base: RunSpec,

@@ -58,7 +58,7 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     ckpt = None
     if target:
         t = Path(target)
-        run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
+        run_dir = run_dir_of(t)
         if (run_dir / "config.yaml").is_file():  # the run's config, then a CONFIG.yaml given here, then overrides
             run_saved = saved = read_run_config(run_dir)
             if config:
@@ -98,6 +98,11 @@ def _same_setting(key: str, a: Any, b: Any) -> bool:
     return False
 
 
+def run_dir_of(target: Path) -> Path:
+    """The run folder of `target`: a checkpoint's (runs/NAME/checkpoints/step_N or best), or the folder itself."""
+    return target.parent.parent if (target / "weights.safetensors").is_file() else target
+
+
 def trained_questions(target: str | None, cfg: Config) -> set[str] | None:
     """The questions of the training items of the run that `target` belongs to, when `cfg` draws other held-out
     items than that run did (data.* or run.seed changed here): those may include questions it trained on. None
@@ -106,8 +111,7 @@ def trained_questions(target: str | None, cfg: Config) -> set[str] | None:
 
     if not target:
         return None
-    t = Path(target)
-    run_dir = t.parent.parent if (t / "weights.safetensors").is_file() else t
+    run_dir = run_dir_of(Path(target))
     if not (run_dir / "config.yaml").is_file():
         return None
     run_cfg = build_config(read_run_config(run_dir))

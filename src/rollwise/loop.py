@@ -175,6 +175,7 @@ def set_aside_earlier_best(run_dir: Path) -> None:
     """A fresh start in a folder whose earlier start saved a best but no step checkpoint: that best is
     moved to checkpoints/best_earlier_start (best_earlier_start_2, _3 ... when an earlier one is there: kept,
     not taken for this run's), and half-written checkpoint folders are removed."""
+    restore_interrupted_best(run_dir)  # an earlier start killed while replacing its best left it as .old_best
     remove_partial_writes(run_dir)
     best = best_dir(run_dir)
     if best.is_dir():

@@ -68,11 +68,14 @@ class Tracker:
                         self.writer.add_histogram(k, np.asarray(v, dtype=float), step)
                 self.writer.flush()
         except OSError as e:
-            raise StorageError(
-                f"could not write the metrics of step {step} to {self.path.parent} ({e.strerror}); free disk space, "
-                f"then continue with `rollwise train --resume {self.path.parent}` (it restarts from the last "
-                "checkpoint; nothing before it is lost), or copy the run folder to a disk with room and resume the copy"
-            ) from None
+            from rollwise.training.checkpoint import latest_checkpoint, start_again
+
+            run_dir = self.path.parent
+            then = (f"continue with `rollwise train --resume {run_dir}` (it restarts from the last checkpoint; nothing "
+                    "before it is lost), or copy the run folder to a disk with room and resume the copy"
+                    ) if latest_checkpoint(run_dir) is not None else start_again(run_dir)
+            raise StorageError(f"could not write the metrics of step {step} to {run_dir} ({e.strerror}); free disk "
+                               f"space, then {then}") from None
 
     def close(self) -> None:
         if self.writer is not None:

@@ -58,8 +58,12 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
         save_file(trainable_state(model), str(folder / "weights.safetensors"))
         torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, folder / "state.pt")
 
-    write_folder(tmp, write, "checkpoint", f"free disk space, then continue with `rollwise train --resume {run_dir}` (or "
-                 "copy the run folder to a disk with room and resume the copy). The previous checkpoint is intact.")
+    if step_folders(ckdir):
+        hint = (f"free disk space, then continue with `rollwise train --resume {run_dir}` (or copy the run folder to a "
+                "disk with room and resume the copy). The previous checkpoint is intact.")
+    else:  # the first checkpoint: --resume would find none
+        hint = f"free disk space, then {start_again(run_dir)}"
+    write_folder(tmp, write, "checkpoint", hint)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -88,6 +92,14 @@ def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
             s in str(e) for s in ("No space left", "unexpected pos", "os error 28", "Disk quota"))
         raise CheckpointError(f"could not write the {what} to {tmp} ({'disk full: ' if full else ''}{why}); "
                               f"{hint}") from None
+
+
+def start_again(run_dir: Path) -> str:
+    """What to do with a run stopped before its first checkpoint: `--resume` has nothing to continue from."""
+    from rollwise.ui import start_again_command
+
+    return (f"start the run again with {start_again_command(Path(run_dir).resolve())}: it has no checkpoint yet, so "
+            "`--resume` has nothing to continue from")
 
 
 def checkpoint_step(path: Path) -> int:

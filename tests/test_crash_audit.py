@@ -7,23 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_e2e import TESTS, _args
 
 from rollwise.cli import main
-
-TESTS = Path(__file__).parent
-
-
-def _args(model_dir, out, name, steps, extra=()):
-    return [
-        f"model.name_or_path={model_dir}", "model.dtype=float32",
-        "data.tasks=[{name: chain_sum, params: {min_terms: 2, max_terms: 2, max_digits: 1}}]",
-        "data.train_size=40", "data.eval_size=8",
-        "reward.functions=[{name: 'rewards_for_tests:digit_share'}]",
-        "rollout.prompts_per_step=4", "rollout.num_generations=4", "rollout.max_completion_length=8",
-        "rollout.batch_size=8", "train.learning_rate=0.003", "train.warmup_steps=0", "train.micro_batch_size=8",
-        f"train.max_steps={steps}", "run.torch_threads=1", "run.progress=false",
-        f"run.output_dir={out}", f"run.name={name}", *extra,
-    ]
 
 
 @pytest.fixture(autouse=True)

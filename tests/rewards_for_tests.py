@@ -92,3 +92,10 @@ def consumes_the_answer(completion: str, item) -> float:
 def reads_the_answer_by_key(completion: str, item) -> float:
     """A reward written for dataset rows: item["answer"], as TRL's reward functions read a column."""
     return float(completion.strip() == item["answer"])
+
+
+def sigint_at_start(conn) -> None:
+    """A spawned process's SIGINT handler as it starts: whether it inherited an ignore."""
+    import signal
+
+    conn.send(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)

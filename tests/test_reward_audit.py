@@ -151,3 +151,22 @@ def test_a_reward_function_may_read_the_item_by_key():
     assert rg["question"] == "q" and rg["metadata"] == {"x": 1} and rg.get("nope", 5) == 5
     with pytest.raises(KeyError, match="a prompt item has uid, task, question, answer, entry, and its entry 'metadata'"):
         rg["nope"]
+
+
+def test_the_reward_worker_starts_with_sigint_ignored():
+    """Ctrl-C reaches the whole foreground group: during the worker's imports (before its own code ignores SIGINT) it
+    printed a KeyboardInterrupt traceback of its own. The worker is now started with SIGINT ignored from the start."""
+    import multiprocessing as mp
+
+    import rewards_for_tests
+
+    from rollwise.rewards import runner as runner_mod
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    with runner_mod._sigint_ignored_by_children():
+        proc = ctx.Process(target=rewards_for_tests.sigint_at_start, args=(child,))
+        proc.start()
+    assert parent.recv() is True
+    proc.join(timeout=30)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's handler is back

@@ -130,6 +130,21 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
 # ------------------------------------------------------------------ parent side
 
 
+@contextlib.contextmanager
+def _sigint_ignored_by_children() -> Any:
+    """SIGINT ignored while the worker starts, so that it inherits the ignore: a Ctrl-C (which reaches the whole
+    foreground group) during its imports printed a KeyboardInterrupt traceback from it. Only the main thread may
+    change a handler; elsewhere the worker ignores SIGINT once its own code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _stop(proc: Any, conn: Connection) -> None:
     with contextlib.suppress(OSError):
         conn.close()
@@ -211,7 +226,8 @@ class RewardRunner:
             name="rollwise-reward-worker",
             daemon=False,  # reward functions may start their own processes
         )
-        proc.start()
+        with _sigint_ignored_by_children():
+            proc.start()
         child_conn.close()
         self._proc, self._conn = proc, parent_conn
         self._finalizer = Finalize(self, _stop, args=(proc, parent_conn), exitpriority=10)

@@ -96,3 +96,17 @@ def test_a_start_again_keeps_the_best_an_earlier_start_was_replacing_when_killed
     assert (aside / "weights.safetensors").is_file()
     assert not (ck / ".old_best").exists() and not (ck / ".tmp_best").exists()
     assert "best_earlier_start" in capsys.readouterr().err
+
+
+def test_full_disk_at_the_best_weights_says_how_to_go_on(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """The disk fills while eval.save_best writes a new best before the first checkpoint: the error said only "free
+    disk space, or turn off eval.save_best", not how to go on with the run."""
+    import rollwise.training.best as best
+
+    monkeypatch.setattr(best, "save_file", _full)
+    on = ["eval.at_start=false", "eval.at_end=false", "eval.every_n_steps=1", "eval.save_best=true",
+          "run.save_every=2"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "bestfull", 2, on)]) == 2
+    err = capsys.readouterr().err
+    assert "could not write the best weights" in err and "turn off eval.save_best" in err, err
+    _advice_works(err, tmp_path / "bestfull", monkeypatch)

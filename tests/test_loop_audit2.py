@@ -121,3 +121,21 @@ def test_a_resume_that_trains_nothing_records_no_setting_change(tiny_model_dir, 
     # with a larger train.max_steps the change trains, and is recorded
     assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]", "train.max_steps=3"]) == 0
     assert "exact_match" in (run / "config.yaml").read_text()
+
+
+def test_resuming_an_older_run_with_a_relative_cache_dir_reports_no_change(tiny_model_dir, tmp_path, monkeypatch,
+                                                                            capsys):
+    """config.yaml now keeps model.cache_dir absolute; an older run's relative one was reported (and recorded) as a
+    change the resume made, and a finished run's plain --resume was refused over it (found in review)."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "older", 2, ["eval.at_start=false", "model.cache_dir=cache"])]) == 0
+    run = tmp_path / "older"
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["cache_dir"] == str(tmp_path / "cache")
+    saved["model"]["cache_dir"] = "cache"  # as runs before 2026-12-07 kept it
+    (run / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0  # finished: nothing to train, and no change refused
+    assert "the resume changes model.cache_dir" not in capsys.readouterr().err

@@ -170,3 +170,12 @@ def test_the_reward_worker_starts_with_sigint_ignored():
     assert parent.recv() is True
     proc.join(timeout=30)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's handler is back
+
+
+def test_an_item_answers_in_and_dict_like_a_row():
+    """With __getitem__ alone Python took the item for a sequence: `"answer" in item` and `dict(item)` indexed it with
+    0 and raised KeyError (found in review)."""
+    it = PromptItem(uid="u", task="t", question="q", answer="4", entry={"metadata": {"x": 1}})
+    assert "answer" in it and "metadata" in it and "nope" not in it
+    assert dict(it) == {"uid": "u", "task": "t", "question": "q", "answer": "4", "entry": {"metadata": {"x": 1}},
+                        "metadata": {"x": 1}}

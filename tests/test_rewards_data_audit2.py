@@ -116,3 +116,25 @@ def test_answer_is_later_in_the_line_names_the_answer_as_at_its_start(text, want
     from rollwise.rewards.verifiers import extract_answer
 
     assert extract_answer(text) == want
+
+
+def test_a_line_with_words_is_no_second_chance_for_a_lenient_scorer() -> None:
+    """The whole answer line was also given to the task's scorer: gsm_symbolic's reads the first number of free text,
+    so "There are 288 boxes ..., so the answer is 1152." scored 1 for a gold answer of 288 (found in review)."""
+    it = _rg_item("gsm_symbolic")
+    gold = it.answer
+    wrong = str(int(float(gold)) * 4 + 1)
+    assert reasoning_gym(f"There are {gold} boxes with 4 in each, so the answer is {wrong}.", it) < 1.0
+    assert reasoning_gym(f"Thinking...\n{gold} is what I first had, but the total is {wrong}", it) < 1.0
+    assert reasoning_gym(f"The answer is {gold}.", it) == 1.0
+
+
+@pytest.mark.parametrize("text,want", [
+    ("If the answer is x, then 2x = 10, so x = 5", "5"),
+    ("Since the answer is divisible by 3 and less than 10, it is 9.", "9"),
+])
+def test_answer_is_names_a_number_only_right_after_it(text, want):
+    """The mid-line rule took the first number anywhere after "answer is" (found in review)."""
+    from rollwise.rewards.verifiers import extract_answer
+
+    assert extract_answer(text) == want

@@ -57,7 +57,7 @@ class LoraConfig(_Section):
                            "masks and the engine generates without it, so with algo.num_iterations > 1 the policy ratio "
                            "carries dropout noise.")
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1,
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
         description="Module names that receive adapters.",
     )
 
@@ -583,6 +583,9 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
+        if self.model.lora.enabled and not self.model.lora.target_modules:  # peft refused it after the folder was made
+            raise ValueError("model.lora.target_modules is empty: LoRA needs at least one module to adapt (for "
+                             "example [q_proj, v_proj]); or set model.lora.enabled=false")
         a = self.algo
         if a.epsilon_high is not None and a.epsilon_high < a.epsilon and a.policy_loss != "cispo":  # cispo: no lower bound
             raise ValueError(f"algo.epsilon_high ({a.epsilon_high}) must be >= algo.epsilon ({a.epsilon})")

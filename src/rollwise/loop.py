@@ -269,6 +269,8 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
     `write_config` writes the config once the checkpoint has loaded; both are kept in environment.json's
     entry for this resume, so the settings the earlier steps ran with are not lost."""
     changes, added = config_changes(read_run_config(run_dir), config_to_dict(cfg))
+    # runs before 2026-12-07 kept a relative model.cache_dir, now saved absolute: the same folder is no change
+    changes = {k: v for k, v in changes.items() if not (k == "model.cache_dir" and same_folder(*v))}
     for key, (was, new) in changes.items():
         print(f"rollwise: the resume changes {key}: {was} -> {new}", file=sys.stderr)
     if added:

@@ -38,6 +38,12 @@ class PromptItem:
         raise KeyError(f"{key!r}: a prompt item has {', '.join(_ITEM_FIELDS)}"
                        + (f", and its entry {', '.join(map(repr, self.entry))}" if self.entry else ""))
 
+    def __contains__(self, key: object) -> bool:  # `"answer" in item`; without it Python indexed the item with 0
+        return key in _ITEM_FIELDS or key in self.entry
+
+    def keys(self) -> list[str]:  # `dict(item)`
+        return [*_ITEM_FIELDS, *(k for k in self.entry if k not in _ITEM_FIELDS)]
+
     def get(self, key: str, default: Any = None) -> Any:
         try:
             return self[key]

@@ -114,8 +114,9 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
         for i, (completion, item) in enumerate(zip(completions, items)):
             for f in range(first_fn if i == 0 else 0, len(fns)):
                 try:
-                    # a copy per call: a group's samples share one item, and a function may change it in place
-                    out = _check(names[f], fns[f](completion, copy.deepcopy(item)))
+                    # a user function gets a copy: a group's samples share one item, which it may change in place
+                    # (the built-in verifiers do not; a copy costs about as much as a cheap reward)
+                    out = _check(names[f], fns[f](completion, copy.deepcopy(item) if ":" in names[f] else item))
                 except BaseException as e:  # noqa: BLE001  (the contract: count, never stop)
                     try:
                         why = f"{type(e).__name__}: {e}"
@@ -142,7 +143,8 @@ def _sigint_ignored_by_children() -> Any:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        if before is not None:  # None: a handler not set from Python (an embedding program's), not restorable here
+            signal.signal(signal.SIGINT, before)
 
 
 def _stop(proc: Any, conn: Connection) -> None:

@@ -11,8 +11,8 @@ Answer extraction (`extract_answer`), applied in this order:
    leading "answer:"/"the answer is" (also as a markdown label, "**Answer**:", "### Answer:") and surrounding
    markdown/LaTeX decoration (``* $ `` and a
    final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
-   ``x+2``); otherwise the first number after an "answer is" prefix, or after "answer is" later in the
-   line (``The answer is 2, since 98 = 2 * 49`` and ``So the answer is 2, since ...`` give ``2``), else
+   ``x+2``); otherwise the first number after an "answer is" prefix, or the number right after "answer is"
+   later in the line (``The answer is 2, since 98 = 2 * 49`` and ``So the answer is 2, since ...`` give ``2``), else
    the last number in it (``The sum is 12.`` gives ``12``), or the
    line itself when it holds no number. `exact_match` also compares the whole line with the gold
    answer, so a gold answer with words ("12 apples", "2, 3") matches the same line.
@@ -136,12 +136,13 @@ def _line_answer(raw: str) -> str:
     # "The answer is 2, since 98 = 2 * 49": the number the prefix names, not the last one
     if prefixed:
         return numbers[0]
-    named = _NAMED.search(line)  # "So the answer is 2, since ...": the same, mid-line
-    after = _NUMBER.findall(line[named.end():]) if named else []
-    return after[0] if after else numbers[-1]
+    # "So the answer is 2, since ...": the same, mid-line, where the number comes right after ("If the answer is
+    # x, then 2x = 10, so x = 5" names no number there: the last one)
+    named = _NAMED.search(line)
+    return named.group(1) if named else numbers[-1]
 
 
-_NAMED = re.compile(r"\banswer\s+is\b", re.IGNORECASE)
+_NAMED = re.compile(r"\banswer\s+is\s*[:=]?[\s$*]*(" + _NUMBER.pattern + ")", re.IGNORECASE)
 
 
 def answer_candidates(completion: str) -> list[str]:
@@ -301,11 +302,14 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
     scorer = _rg_scorer(source)
     first, *line = answer_candidates(completion)
     score = float(scorer(first, entry))
-    # an answer with spaces and numbers is the whole answer line, not its last number: countdown's and puzzle24's
-    # expressions ("4*94 - 6 - 61"), rubiks_cube's moves. The line counts only where its scorer gives it full
-    # credit, so "The answer is 5 + 7 = 12." still reads 5 (the line's partial credit is not taken)
-    if score < 1.0 and line and float(scorer(line[0], entry)) == 1.0:
-        return 1.0
+    # an expression with spaces is the whole answer line, not its last number: countdown's and puzzle24's
+    # ("4*94 - 6 - 61"). Only a line without words, and only where its scorer gives it full credit: some scorers
+    # read the first number of free text (gsm_symbolic gave "288 boxes ..., so the answer is 1152." full credit
+    # for 288), and "The answer is 5 + 7 = 12." still reads 5
+    if score < 1.0 and line and not any(ch.isalpha() for ch in line[0]):
+        with contextlib.suppress(Exception):  # the line is a second chance: its failure keeps the first score
+            if float(scorer(line[0], entry)) == 1.0:
+                return 1.0
     return score
 
 

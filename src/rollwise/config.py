@@ -596,6 +596,7 @@ class Config(_Section):
                              f"rollout.max_completion_length ({self.rollout.max_completion_length}): the punishment "
                              "starts that many tokens before the cap")
         from rollwise.planner.strategies import (  # no config import
+            group_cap_error,
             part,
             screen_allocator,
             unused_options,
@@ -633,10 +634,9 @@ class Config(_Section):
                              f"{default_hi[0]} (allocator '{alloc}' of strategy '{pl.strategy}': {default_hi[1]} "
                              f"rollout.num_generations, as planner.max_samples_per_prompt is unset); set "
                              f"planner.max_samples_per_prompt to {lo} or more, or lower the minimum")
-        if hi is not None and hi < n and alloc in ("hardness", "screen"):  # make_planner's check, before the model loads
-            raise ValueError(f"planner.max_samples_per_prompt ({hi}) is below rollout.num_generations ({n}), "
-                             f"the group allocator '{alloc}' (strategy '{pl.strategy}') gives a prompt before it adds "
-                             f"any: raise it to {n} or more, or lower rollout.num_generations")
+        cap = group_cap_error(pl, n)  # make_planner's check, said before the model loads
+        if cap:
+            raise ValueError(cap)
         if pl.greso_explore_min > pl.greso_explore_max:
             raise ValueError(f"planner.greso_explore_min ({pl.greso_explore_min}) must be <= "
                              f"planner.greso_explore_max ({pl.greso_explore_max})")

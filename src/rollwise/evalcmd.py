@@ -90,12 +90,10 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
 def _same_setting(key: str, a: Any, b: Any) -> bool:
     """Whether two values of a setting are the same; a local model folder is the same named by any path
     (config.yaml holds it absolute, a CONFIG.yaml given to eval may hold it relative)."""
-    if a == b:
-        return True
-    if key == "model.name_or_path" and isinstance(a, str) and isinstance(b, str):
-        pa, pb = Path(a).expanduser(), Path(b).expanduser()
-        return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
-    return False
+    from rollwise.loop import same_folder
+
+    local = key == "model.name_or_path" and all(isinstance(x, str) and Path(x).expanduser().exists() for x in (a, b))
+    return a == b or (local and same_folder(a, b))  # a hub id is never a folder named the same
 
 
 def run_dir_of(target: Path) -> Path:

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from rollwise.engine import GenerationRequest, HFEngine
+from rollwise.planner.base import task_of
 from rollwise.rewards import RewardRunner
 from rollwise.types import PromptItem
 
@@ -50,7 +51,7 @@ def evaluate(
     for it, c in zip(items, correct):
         # the entry of data.tasks, as the uid names it ("chain_sum#2" for a generator listed twice), as
         # planner/task_share/<task> does
-        by_task.setdefault(it.uid.split(":", 1)[0] if ":" in it.uid else it.task, []).append(c)
+        by_task.setdefault(task_of(it.uid) or it.task, []).append(c)
     metrics = {
         "eval/accuracy": sum(correct) / len(items),
         **{f"eval/accuracy/{t}": sum(v) / len(v) for t, v in sorted(by_task.items())},

@@ -68,12 +68,11 @@ class Tracker:
                         self.writer.add_histogram(k, np.asarray(v, dtype=float), step)
                 self.writer.flush()
         except OSError as e:
-            from rollwise.training.checkpoint import latest_checkpoint, start_again
+            from rollwise.training.checkpoint import go_on
 
             run_dir = self.path.parent
-            then = (f"continue with `rollwise train --resume {run_dir}` (it restarts from the last checkpoint; nothing "
-                    "before it is lost), or copy the run folder to a disk with room and resume the copy"
-                    ) if latest_checkpoint(run_dir) is not None else start_again(run_dir)
+            then = go_on(run_dir, " (it restarts from the last checkpoint; nothing before it is lost), or copy the run "
+                         "folder to a disk with room and resume the copy")
             raise StorageError(f"could not write the metrics of step {step} to {run_dir} ({e.strerror}); free disk "
                                f"space, then {then}") from None
 

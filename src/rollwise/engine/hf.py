@@ -206,9 +206,9 @@ class HFEngine:
         self.version = 0
         self.generator = torch.Generator().manual_seed(seed)
         self._cache_arg = cache_arg(self.model)
-        try:
+        try:  # transformers raises NotImplementedError for a model class that does not say where its embeddings are
             emb = self.model.get_input_embeddings()
-        except (AttributeError, NotImplementedError):
+        except (AttributeError, NotImplementedError):  # then ids are not checked here (the model's own error stands)
             emb = None
         n = getattr(emb, "num_embeddings", None)
         self.vocab_size: int | None = n if isinstance(n, int) else None

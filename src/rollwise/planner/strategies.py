@@ -169,6 +169,17 @@ def unused_options(cfg: Any) -> str:
     return ""
 
 
+def group_cap_error(cfg: Any, num_generations: int) -> str | None:
+    """Why planner.max_samples_per_prompt cannot hold under an allocator that gives a prompt a whole group before it
+    adds any (adaptive's screen, dars's hardness); None where it can."""
+    hi, alloc = cfg.max_samples_per_prompt, part(cfg, "allocator")
+    if hi is None or hi >= num_generations or alloc not in ("hardness", "screen"):
+        return None
+    return (f"planner.max_samples_per_prompt ({hi}) is below rollout.num_generations ({num_generations}), the group "
+            f"allocator '{alloc}' (strategy '{cfg.strategy}') gives a prompt before it adds any: raise it to "
+            f"{num_generations} or more, or lower rollout.num_generations")
+
+
 def make_planner(
     cfg: Any,
     uids: list[str],
@@ -186,11 +197,9 @@ def make_planner(
     why = unused_options(cfg)
     if why:
         raise ValueError(why)
-    hi, alloc = cfg.max_samples_per_prompt, part(cfg, "allocator")
-    if hi is not None and hi < num_generations and alloc in ("hardness", "screen"):
-        raise ValueError(f"planner.max_samples_per_prompt ({hi}) is below rollout.num_generations ({num_generations}), "
-                         f"the group allocator '{alloc}' gives a prompt before it adds any: raise it to "
-                         f"{num_generations} or more, or lower rollout.num_generations")
+    cap = group_cap_error(cfg, num_generations)
+    if cap:
+        raise ValueError(cap)
     cool = cfg.revisit_cooldown
     if cool and cool * prompts_per_step >= len(uids):
         warnings.warn(f"planner.revisit_cooldown={cool} can keep {cool} x {prompts_per_step} prompts a step = "

@@ -286,7 +286,7 @@ def _rg_scorer(source_dataset: str) -> Callable[[str, dict], float]:
 
 def reasoning_gym(completion: str, item: PromptItem) -> float:
     """The generator's own `score_answer` on the extracted answer, or on the whole answer line (without a tag
-    or box) where that line, and not the extracted answer, gets full credit.
+    or box, and without words) where that line, and not the extracted answer, gets full credit.
 
     Items without ``entry['metadata']['source_dataset']`` (file tasks) fall back to
     `exact_match`. Note that reasoning-gym's default scorer gives partial credit

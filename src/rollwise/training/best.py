@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from rollwise.training.checkpoint import latest_checkpoint, start_again, trainable_state, write_folder
+from rollwise.training.checkpoint import go_on, trainable_state, write_folder
 
 METRIC = "eval/accuracy"
 
@@ -92,10 +92,8 @@ def save_best_weights(run_dir: Path, step: int, accuracy: float, model: torch.nn
         save_file(trainable_state(model), str(folder / "weights.safetensors"))
         (folder / "best.json").write_text(json.dumps({"step": step, "metric": METRIC, "accuracy": accuracy}) + "\n")
 
-    then = (f"continue with `rollwise train --resume {run_dir}`" if latest_checkpoint(run_dir) is not None
-            else start_again(run_dir))
-    write_folder(tmp, write, "best weights", f"free disk space (or turn off eval.save_best), then {then}. The "
-                 "previous best is intact.")
+    write_folder(tmp, write, "best weights", f"free disk space (or turn off eval.save_best), then {go_on(run_dir)}. "
+                 "The previous best is intact.")
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)

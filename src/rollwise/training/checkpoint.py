@@ -58,12 +58,8 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, trainer_st
         save_file(trainable_state(model), str(folder / "weights.safetensors"))
         torch.save({"trainer": trainer_state, "extra": extra, "rng": rng_state(), "step": step}, folder / "state.pt")
 
-    if step_folders(ckdir):
-        hint = (f"free disk space, then continue with `rollwise train --resume {run_dir}` (or copy the run folder to a "
-                "disk with room and resume the copy). The previous checkpoint is intact.")
-    else:  # the first checkpoint: --resume would find none
-        hint = f"free disk space, then {start_again(run_dir)}"
-    write_folder(tmp, write, "checkpoint", hint)
+    write_folder(tmp, write, "checkpoint", "free disk space, then " + go_on(
+        run_dir, " (or copy the run folder to a disk with room and resume the copy). The previous checkpoint is intact."))
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -92,6 +88,14 @@ def write_folder(tmp: Path, write: Any, what: str, hint: str) -> None:
             s in str(e) for s in ("No space left", "unexpected pos", "os error 28", "Disk quota"))
         raise CheckpointError(f"could not write the {what} to {tmp} ({'disk full: ' if full else ''}{why}); "
                               f"{hint}") from None
+
+
+def go_on(run_dir: Path, after_resume: str = "") -> str:
+    """How a run stopped by an error goes on: `--resume` from its last checkpoint (`after_resume` said after the
+    command), or, before its first checkpoint, `start_again` (--resume would find nothing)."""
+    if latest_checkpoint(run_dir) is None:
+        return start_again(run_dir)
+    return f"continue with `rollwise train --resume {run_dir}`{after_resume}"
 
 
 def start_again(run_dir: Path) -> str:

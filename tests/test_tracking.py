@@ -123,3 +123,24 @@ def test_out_of_memory_is_a_message_that_says_what_to_lower(monkeypatch, capsys,
     monkeypatch.setattr(cli, "cmd_options", other)
     with pytest.raises(RuntimeError, match="a bug"):  # other errors still show their traceback
         cli.main(["options"])
+
+
+def test_a_full_disk_under_tensorboard_is_one_message_and_no_thread_traceback(tmp_path, capsys, monkeypatch):
+    """TensorBoard writes from a thread of its own; that thread re-raises a failed write and Python printed its
+    traceback before the main thread turned the same error into rollwise's message."""
+    import threading
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # pytest's own hook would hide it
+    t = Tracker(tmp_path, tensorboard=True)
+    writer = t.writer._get_file_writer().event_writer._async_writer
+    records = writer._writer
+
+    def full(data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    records.write = full
+    with pytest.raises(StorageError, match="No space left on device.*free disk space"):
+        t.log(1, {"x": 1.0})
+    writer._worker.join(timeout=10)  # the thread prints (or not) as it ends
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err

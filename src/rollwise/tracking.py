@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,22 @@ def _parse(text: str) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     return rows, bad
 
 
+def _quiet_event_writer_errors() -> None:
+    """TensorBoard writes from a thread of its own, which re-raises a failed write (a full disk), and Python
+    printed that thread's traceback before the main thread's next flush raised the same error, which `log` turns
+    into rollwise's message: leave out that thread's OSError only; every other thread error prints as before."""
+    previous = threading.excepthook
+    if getattr(previous, "rollwise_event_writer", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            previous(args)
+
+    hook.rollwise_event_writer = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 HISTOGRAMS = ("planner/samples_per_prompt",)  # list-valued metrics TensorBoard shows as a histogram
 
 
@@ -50,6 +67,8 @@ class Tracker:
             drop_events_after(Path(run_dir) / "tensorboard", truncate_after_step)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
+
+            _quiet_event_writer_errors()
 
             # purge_step hides events at or after it: keep the checkpoint's own step, as metrics.jsonl does
             purge = None if truncate_after_step is None else truncate_after_step + 1

@@ -4,7 +4,7 @@ Each policy loss returns ``(loss [B, L], metrics)``: the per-token loss, exactly
 masked positions, to be reduced with :func:`rollwise.algos.aggregation.aggregate_loss`,
 and a dict of detached scalar tensors for logging. ``old_logp`` and ``advantages`` are
 treated as constants (detached inside), so passing ``old_logp=logp`` gives the on-policy
-gradient. Masked positions may hold any finite values. All three losses share the
+gradient. Masked positions may hold any values, even ``-inf`` or NaN. All three losses share the
 signature ``(logp, old_logp, advantages, mask, epsilon, epsilon_high)`` so that the
 trainer can pick one from :data:`POLICY_LOSSES` by name.
 """
@@ -29,8 +29,13 @@ def _prepare(
     mask: torch.Tensor,
     epsilon: float,
     epsilon_high: float | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-    """Validate; return ``(old_logp [B, L], adv [B, 1] or [B, L], mask [B, L] float, eps_high)``."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """Validate; return ``(logp, old_logp, adv, mask, eps_high)``, all ``[B, L]`` (mask as float).
+
+    At masked positions ``logp`` and ``old_logp`` are replaced by 0 and ``adv`` by 0 with
+    ``torch.where``: whatever they held there (``-inf``, NaN) then reaches neither the loss
+    value nor the gradient (``0 * NaN`` in a backward pass would otherwise reach ``logp``).
+    """
     if logp.dim() != 2:
         raise ValueError(f"logp must be [B, L], got shape {tuple(logp.shape)}")
     for name, t in (("old_logp", old_logp), ("mask", mask)):
@@ -48,7 +53,13 @@ def _prepare(
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if epsilon < 0 or eps_high < 0:
         raise ValueError(f"epsilon and epsilon_high must be >= 0, got {epsilon}, {eps_high}")
-    return old_logp.detach(), adv.to(logp.dtype), mask.to(logp.dtype), eps_high
+    m = mask.to(logp.dtype)  # [B, L]
+    keep = m != 0  # [B, L]
+    zeros = torch.zeros_like(logp)  # [B, L]
+    logp = torch.where(keep, logp, zeros)  # [B, L]; gradient 0 at masked positions
+    old = torch.where(keep, old_logp.detach().to(logp.dtype), zeros)  # [B, L]
+    adv = torch.where(keep, adv.to(logp.dtype).expand_as(logp), zeros)  # [B, L]
+    return logp, old, adv, m, eps_high
 
 
 def _clipped_surrogate(
@@ -104,7 +115,7 @@ def ppo_clip_loss(
         PPO clip is active), ``ratio_mean``, ``approx_kl`` (masked mean of
         ``old_logp - logp``), ``dual_clip_frac`` (share where the dual clip is active).
     """
-    old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
+    logp, old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     log_ratio = (logp - old_logp).clamp(-20.0, 20.0)  # [B, L]
@@ -112,7 +123,7 @@ def ppo_clip_loss(
     loss, is_clipped = _clipped_surrogate(ratio, adv, epsilon, eps_high)  # [B, L], [B, L]
     is_dual = torch.zeros_like(is_clipped)  # [B, L]
     if dual_clip is not None:
-        cap = -adv * dual_clip  # [B, 1] or [B, L]; positive where A < 0
+        cap = -adv * dual_clip  # [B, L]; positive where A < 0
         is_dual = (adv < 0) & (loss > cap)  # [B, L]
         loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)  # [B, L]
     metrics = _metrics(is_clipped, ratio, logp - old_logp, m)
@@ -150,7 +161,7 @@ def gspo_loss(
         tuple: ``loss [B, L]`` and metrics ``clip_frac`` (share of masked tokens in clipped
         sequences), ``ratio_mean`` (token-weighted mean sequence ratio), ``approx_kl``.
     """
-    old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
+    logp, old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
     seq_log_ratio = masked_mean((logp - old_logp).detach(), m, dim=-1)  # [B]
     seq_log_ratio = seq_log_ratio.clamp(-20.0, 20.0).unsqueeze(-1)  # [B, 1]
     ratio = torch.exp(logp - logp.detach() + seq_log_ratio)  # [B, L], value exp(s_b)
@@ -186,7 +197,7 @@ def cispo_loss(
         tuple: ``loss [B, L]`` and metrics ``clip_frac`` (share of masked tokens whose
         weight was capped), ``ratio_mean``, ``approx_kl``.
     """
-    old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
+    logp, old_logp, adv, m, eps_high = _prepare(logp, old_logp, advantages, mask, epsilon, epsilon_high)
     log_ratio = (logp - old_logp).detach()  # [B, L]
     ratio = torch.exp(log_ratio.clamp(-20.0, 20.0))  # [B, L], no grad
     weight = ratio.clamp(max=1.0 + eps_high)  # [B, L]

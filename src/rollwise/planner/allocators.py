@@ -222,8 +222,9 @@ class HardnessAllocator(Allocator):
         groups = list(st.groups.values())
         dn = np.array([self.extra(g.successes, g.n) if g.n else 0 for g in groups], dtype=np.int64)
         left = st.budget - st.used_rollouts
-        if dn.sum() > left:
-            dn = np.floor(dn * max(left, 0) / dn.sum()).astype(np.int64)
+        if dn.sum() > left:  # also when the first round spent past the budget (left < 0) and no group wants more:
+            # nothing is asked (0 * 0 / 0 was NaN, cast to an int64 whose value numpy leaves to the platform)
+            dn = np.floor(dn * max(left, 0) / max(int(dn.sum()), 1)).astype(np.int64)
         return [Request(g.uid, int(d)) for g, d in zip(groups, dn) if d > 0]
 
     def after_step(self, pl: ComposedPlanner, st: StepState) -> None:

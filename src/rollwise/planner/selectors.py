@@ -58,6 +58,29 @@ class Selector:
 AllSelector = Selector
 
 
+def _next_unused(pl: ComposedPlanner, st: StepState, used: set[str]) -> str | None:
+    """`pl.take(1, st, extra=used)` (the next stream prompt not in `used`, the step's groups or those in flight,
+    passing over prompts still cooling unless none other is found), without copying `used`: the same stream
+    reads and the same answer, in time that does not grow with `used`. `used` must already hold the step's
+    groups and pl.in_flight. tests/test_planner_props.py checks it against pl.take itself."""
+    scanned: set[str] = set()  # new prompts met in this call (take's own additions to its `seen`)
+    cooling: list[str] = []
+    for i in range(2 * pl.pool_size):
+        if not pl.cooldown and i >= pl.pool_size and len(used) + len(scanned) >= pl.pool_size:
+            break
+        uid = pl.stream.take(1)[0]
+        if uid in used or uid in scanned:
+            continue
+        scanned.add(uid)
+        if pl.cooldown and st.step - pl.trained_at.get(uid, -10**9) <= pl.cooldown:
+            cooling.append(uid)
+        else:
+            return uid
+    if cooling:  # a pool too small for the cooldown: the prompt cooled longest
+        return min(cooling, key=lambda u: pl.trained_at[u])
+    return None
+
+
 class SkipSelector(Selector):
     name = "skip"
 
@@ -78,18 +101,21 @@ class SkipSelector(Selector):
 
     def select(self, pl: ComposedPlanner, k: int, st: StepState) -> list[str]:
         chosen: list[str] = []
-        passed: list[str] = []  # skipped this step: not drawn again when the stream wraps into the next epoch
+        # every prompt this step has looked at (kept or skipped: a skipped one is not drawn again when the
+        # stream wraps into the next epoch), the step's groups and those still in flight; kept up to date
+        # draw by draw, not rebuilt for each (pl.take(1, extra=chosen + skipped) copied it every draw:
+        # quadratic in the skips, thousands a step on a large pool of easy prompts)
+        looked = set(st.groups) | pl.in_flight
         for _ in range(pl.pool_size):
             if len(chosen) >= k:
                 break
-            got = pl.take(1, st, extra=chosen + passed)
-            if not got:
+            uid = _next_unused(pl, st, looked)
+            if uid is None:
                 break
-            uid = got[0]
+            looked.add(uid)
             if pl.rng.random() < self.keep_probability(pl.index[uid]):
                 chosen.append(uid)
             else:
-                passed.append(uid)
                 st.skipped += 1
         return chosen
 

@@ -5,11 +5,13 @@ prompt's follow-up request in a later round may go to another) and generated in 
 backend=ray each worker is an actor with distributed.max_worker_restarts restarts and unlimited
 task retries: if its process dies mid-round, Ray starts a new one (which loads the newest weights)
 and runs the interrupted call again, so every requested sample still comes back. The pool notices
-the new incarnation and counts the restart; a death past the restarts is a RolloutWorkerError.
+the new incarnation and counts the restarts (Ray's own count: a worker may die and restart several
+times within one round); a death past the restarts is a RolloutWorkerError.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from dataclasses import replace
@@ -68,6 +70,16 @@ def unwrap_remote_error(get: Any) -> Any:
 RAY_LOGS = "Ray's logs are under /tmp/ray/session_latest/logs"
 
 
+def ray_restarts(handle: Any) -> int | None:
+    """How many times Ray has restarted the actor `handle` (its control store's count); None where that
+    cannot be read (not a Ray actor, or a Ray without this table: the caller then counts incarnations)."""
+    try:
+        state = importlib.import_module("ray._private.state")
+        return int(state.actors(actor_id=handle._actor_id.hex())["NumRestarts"])
+    except Exception:  # noqa: BLE001 - a private table: any failure means "unknown"
+        return None
+
+
 def ray_get(get: Any, what: str, hint: str = "") -> Any:
     """`unwrap_remote_error(get)`, with a dead Ray actor (killed by the OS for memory, or dead past its
     restarts) or a call past its timeout turned into a RolloutWorkerError that names `what` and says
@@ -90,7 +102,7 @@ class RolloutPool:
         self.backend = backend
         self.store = store
         self.carried: dict[str, Any] = {}  # workers carry nothing across steps (no partial rollouts yet)
-        self.restarts = 0
+        self.restarts = 0  # this run's and, after a resume, the earlier runs' (async/worker_restarts)
         self.workers_restarts_allowed = spec.cfg.distributed.max_worker_restarts
         self.round_timeout = spec.cfg.distributed.worker_timeout
         self._tokens = 0
@@ -113,6 +125,7 @@ class RolloutPool:
         else:
             self.workers = [RolloutWorker(replace(s, set_threads=False), store) for s in specs]
             self._incarnations = [w.incarnation for w in self.workers]
+        self._ray_restarts = [0] * len(self.workers)  # Ray's count per worker when last read (new actors: 0)
 
     # ------------------------------------------------------------------ the executor's interface
     def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
@@ -139,11 +152,24 @@ class RolloutPool:
             for uid, outs in o.adopted.items():
                 out.adopted.setdefault(uid, []).extend(outs)
             self._tokens += int(stats["tokens"])
-            if stats["incarnation"] != self._incarnations[i]:
-                self.restarts += 1
-                self._incarnations[i] = stats["incarnation"]
+            self._note_incarnation(i, stats["incarnation"])
             self._stats.append(stats)
         return out
+
+    def _note_incarnation(self, i: int, incarnation: Any) -> None:
+        """Worker i answered from `incarnation`: a new one means Ray restarted it, perhaps several times
+        since it last answered (each death within a retried call starts another process, and only the
+        last one answers), so Ray's own count says how many (those it has made since it was last read:
+        a restart right after an answer is counted once, when read); without that count, one."""
+        if incarnation == self._incarnations[i]:
+            return
+        self._incarnations[i] = incarnation
+        count = ray_restarts(self.workers[i])
+        if count is None:
+            self.restarts += 1
+        else:
+            self.restarts += max(0, count - self._ray_restarts[i])
+            self._ray_restarts[i] = max(count, self._ray_restarts[i])
 
     def step_tokens(self) -> int:
         return self._tokens
@@ -160,9 +186,13 @@ class RolloutPool:
         if self.backend == "ray":
             import ray
 
-            return {"workers": ray_get(lambda: ray.get([w.state_dict.remote() for w in self.workers]),
-                                       "a rollout worker, asked for its state for the checkpoint,"),
-                    "restarts": self.restarts}
+            what = "a rollout worker, asked for its state for the checkpoint,"
+            states = ray_get(lambda: ray.get([w.state_dict.remote() for w in self.workers]), what)
+            # a worker restarted since it last generated (or while answering this) counts in the checkpoint's
+            # total: after a resume the new workers' incarnations would no longer show it
+            for i, inc in enumerate(ray_get(lambda: ray.get([w.ping.remote() for w in self.workers]), what)):
+                self._note_incarnation(i, inc)
+            return {"workers": states, "restarts": self.restarts}
         return {"workers": [w.state_dict() for w in self.workers], "restarts": self.restarts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from rollwise.engine.hf import (
     RoundStop,
     _filter_logits,
     draw,
+    is_greedy,
 )
 from rollwise.types import FinishReason
 
@@ -586,7 +587,7 @@ class ContinuousEngine(HFEngine):
         temps = torch.tensor([max(r.req.temperature, 1e-6) for r in rows], device=logits.device).unsqueeze(1)
         logits = logits.float() / temps  # [n, V]
         logprobs_full = torch.log_softmax(logits, dim=-1)  # [n, V]
-        greedy = torch.tensor([r.req.greedy for r in rows], device=logits.device)  # [n]
+        greedy = torch.tensor([is_greedy(r.req) for r in rows], device=logits.device)  # [n]
         nxt = logits.argmax(-1)  # [n]
         if not bool(greedy.all()):
             probs = _filter_logits(logits, self.top_k, self.top_p).softmax(-1)

@@ -26,7 +26,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     max_new_tokens: int
     temperature: float = 1.0
-    greedy: bool = False
+    greedy: bool = False  # argmax tokens; so does a temperature below GREEDY_BELOW_TEMPERATURE
     # A partial response to resume (continuous engine): part of the context, counted in max_new_tokens,
     # returned at the head of the output with its own log-probs and versions.
     prefix_ids: list[int] = field(default_factory=list)
@@ -82,6 +82,16 @@ class RoundFeed:
         if any(r.request_id is None for r in more):
             raise ValueError("run_round(feed=...): requests returned by feed need a request_id")
         return more
+
+
+# A temperature below this picks the most probable token, as `greedy` does (vLLM's _SAMPLING_EPS): sampling from
+# logits / 1e-6 drew at random among tied top logits (frequent in bf16), so temperature 0 was not greedy.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+
+
+def is_greedy(request: GenerationRequest) -> bool:
+    """True when the request takes the argmax token: `greedy`, or a temperature of (about) 0."""
+    return request.greedy or request.temperature < GREEDY_BELOW_TEMPERATURE
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -278,7 +288,7 @@ class HFEngine:
             attn[b, plen - len(r.prompt_ids) :] = 1
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, P]
         temps = torch.tensor([max(r.temperature, 1e-6) for r in reqs]).unsqueeze(1)  # [B, 1]
-        greedy = torch.tensor([r.greedy for r in reqs])  # [B]
+        greedy = torch.tensor([is_greedy(r) for r in reqs])  # [B]
         limits = torch.tensor([r.max_new_tokens for r in reqs])  # [B]
         dev = next(self.model.parameters()).device
         ids, attn, pos, temps, greedy, limits = (t.to(dev) for t in (ids, attn, pos, temps, greedy, limits))

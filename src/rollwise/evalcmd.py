@@ -141,7 +141,8 @@ def no_checkpoint_message(run_dir: Path, command: str = "eval") -> str:
 
 def eval_engine(cfg: Config, path: str, ckpt: Path | None, tok: Any) -> Any:
     """The engine `rollwise eval` generates with: the dtype and weight layout of the run's own engine,
-    so that it reproduces the run's greedy eval/accuracy exactly. Sampled metrics (eval/pass@k) are a
+    so that it reproduces the run's greedy eval/accuracy exactly in float32 (in bf16 another batching can
+    change an answer whose top two tokens nearly tie: the run batched by rollout.num_slots, this by eval.batch_size). Sampled metrics (eval/pass@k) are a
     fresh draw: the samples depend on how requests are batched (eval.batch_size here, the rollout
     engine's slots in the run), so they match the run's only in expectation. Like the run's, it is built from the plain model
     before LoRA and given the merged weights (built after LoRA it would hold the adapter layers apart,

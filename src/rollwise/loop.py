@@ -325,6 +325,8 @@ class Run:
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
     best: BestTracker = field(default_factory=BestTracker)  # best eval/accuracy so far (save_best, early stopping)
     last_eval: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the latest evaluation
+    started: float = 0.0  # time.perf_counter() when setup began (time/setup_s)
+    dropped_prompts: int = 0  # training prompts left out as longer than data.max_prompt_length
 
 
 @dataclass
@@ -368,11 +370,12 @@ def make_trainer(cfg: Config, model: torch.nn.Module, pad_id: int, state: dict[s
     return model, trainer
 
 
-def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> Run:
+def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True, log_start: bool = True) -> Run:
     """Seed, run folder, data, rewards, model, engine, trainer, planner; the checkpoint's state when resuming.
 
     `with_trainer=False` (the trainer runs elsewhere, as a Ray actor) keeps only the engine's copy
-    of the policy here; `run.model` and `run.trainer` are then None."""
+    of the policy here; `run.model` and `run.trainer` are then None. `log_start=False` leaves the
+    start's metrics row (`log_setup`) to the caller, to be written once the rest of its start is done."""
     t_start = time.perf_counter()
     set_threads(cfg.run.torch_threads)
     seed_everything(cfg.run.seed)
@@ -508,12 +511,19 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True) -> 
     except BaseException:
         run.tracker.close()
         raise
-    # the held-out items the run evaluates (0: no final evaluation is due, which `rollwise report` reads)
-    run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - t_start,
-                                     "data/eval_items": float(len(run.eval_items))})
-    if dropped:
-        run.tracker.log(run.start_step, {"data/dropped_long_prompts": float(len(dropped))})
+    run.started, run.dropped_prompts = t_start, len(dropped)
+    if log_start:
+        log_setup(run)
     return run
+
+
+def log_setup(run: Run) -> None:
+    """The start's (or resume's) metrics: time/setup_s, the seconds from setup's start to now, and the
+    held-out items the run evaluates (0: no final evaluation is due, which `rollwise report` reads)."""
+    run.tracker.log(run.start_step, {"time/setup_s": time.perf_counter() - run.started,
+                                     "data/eval_items": float(len(run.eval_items))})
+    if run.dropped_prompts:
+        run.tracker.log(run.start_step, {"data/dropped_long_prompts": float(run.dropped_prompts)})
 
 
 def run_eval(run: Run, step: int, save_best: Callable[[int, float], None] | None = None) -> dict[str, float]:
@@ -881,7 +891,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         from rollwise.distributed.async_loop import train_async
 
         return train_async(cfg, resume, quiet)
-    run = setup(cfg, resume)
+    run = setup(cfg, resume, log_start=False)  # logged below: the engine's state and first weights are part of the start
     ro = cfg.rollout
     engine = run.engine
     executor = RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature,
@@ -894,6 +904,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
             executor.load_state_dict(run.state["extra"]["executor"])
     stream = overlap_rounds(cfg, executor, run.planner)
     engine.load_weights(merged_state_dict(run.model), version=run.start_step)
+    log_setup(run)
     if run.start_step == 0 and cfg.eval.at_start:
         run.result.eval_before = run_eval(run, 0)
 

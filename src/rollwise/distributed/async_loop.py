@@ -46,6 +46,7 @@ from rollwise.loop import (
     is_eval_step,
     is_last_step,
     local_path,
+    log_setup,
     loop_state,
     produce_batch,
     report_step,
@@ -210,7 +211,8 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
     if d.backend == "ray":
         require_ray()  # before the model loads
     # with backend=ray the trainer is a Ray actor: this process keeps only the evaluation engine's copy
-    run = setup(cfg, resume, with_trainer=d.backend != "ray")
+    # the start's metrics row is written once the learner, the weight store and the workers are up (log_setup below)
+    run = setup(cfg, resume, with_trainer=d.backend != "ray", log_start=False)
     started_ray, learner, pool, gate, producer, progress = False, None, None, None, None, None
     store: Any = None
     try:
@@ -229,6 +231,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
         pool = RolloutPool(spec, store, d.backend, d.rollout_workers)
         if run.state is not None and "pool" in run.state["extra"]:
             pool.load_state_dict(run.state["extra"]["pool"])
+        log_setup(run)
         eval_version = [-1]
 
         def load_eval_weights() -> None:

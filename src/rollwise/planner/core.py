@@ -74,7 +74,7 @@ class ComposedPlanner:
         self.length_estimate = max_completion_length / 2  # a guess until responses are seen
         self.length_steps = 0  # steps whose lengths the estimate holds
         self.token_carry = 0.0
-        self.small_budget_said = False  # the one-time warning that a token budget is below one group
+        self.small_budget_said = False  # the once-a-run note that the budget is below one group (kept in checkpoints)
         self.cooldown = int(cfg.revisit_cooldown)
         self.trained_at: dict[str, int] = {}  # uid -> last step it was trained on with a gradient
         self.trained_times: dict[str, int] = {}  # uid -> steps in which it was trained on with a gradient
@@ -383,6 +383,7 @@ class ComposedPlanner:
             "length_estimate": self.length_estimate,
             "length_steps": self.length_steps,
             "token_carry": self.token_carry,
+            "small_budget_said": self.small_budget_said,  # said once a run: not again after a resume
             "carried_predictions": {u: list(v) for u, v in self.carried_predictions.items()},
             "trained_at": dict(self.trained_at),
             "trained_times": dict(self.trained_times),
@@ -407,6 +408,7 @@ class ComposedPlanner:
         self.token_carry = float(state["token_carry"])
         if self.budget_tokens is not None:  # a resume that lowers planner.budget_tokens: the carry it bounds too
             self.token_carry = max(-self.budget_tokens, min(self.budget_tokens, self.token_carry))
+        self.small_budget_said = bool(state.get("small_budget_said", False))  # older checkpoints: said again
         self.carried_predictions = {u: (float(p), bool(seen)) for u, (p, seen) in
                                     state.get("carried_predictions", {}).items()}
         self.trained_at = {str(u): int(s) for u, s in state.get("trained_at", {}).items()}  # older checkpoints: none

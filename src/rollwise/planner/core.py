@@ -100,9 +100,15 @@ class ComposedPlanner:
         still cooling (planner.revisit_cooldown) are passed over; if that leaves fewer than `need`
         (default k; a selector that scores k candidates for fewer picks says how many it needs),
         the prompts cooled longest make up the difference."""
+        return self.take_unused(k, st, set(st.groups) | set(extra or ()) | self.in_flight, need)
+
+    def take_unused(self, k: int, st: StepState, used: set[str], need: int | None = None) -> list[str]:
+        """`take`, with the prompts not to take given as a set that is read, neither copied nor changed:
+        it must hold the step's groups and those in flight. A selector that draws one prompt at a time
+        keeps that set up to date itself (greso's skip loop: copying it per draw was quadratic)."""
         out: list[str] = []
         cooling: list[str] = []  # trained on too recently (planner.revisit_cooldown)
-        seen = set(st.groups) | set(extra or ()) | self.in_flight
+        scanned: set[str] = set()  # prompts met in this call
         # two epochs' worth of the stream hold every prompt at least once, so a cooldown that skips
         # prompts still finds every one that is free. Without one, a scan of one pool's worth is enough
         # only when it has looked at every prompt: begun inside an epoch, it spans the end of this
@@ -111,12 +117,12 @@ class ComposedPlanner:
         for i in range(2 * self.pool_size):
             if len(out) >= k:
                 break
-            if not self.cooldown and i >= self.pool_size and len(seen) >= self.pool_size:
+            if not self.cooldown and i >= self.pool_size and len(used) + len(scanned) >= self.pool_size:
                 break
             uid = self.stream.take(1)[0]
-            if uid in seen:
+            if uid in used or uid in scanned:
                 continue
-            seen.add(uid)
+            scanned.add(uid)
             if self.cooldown and st.step - self.trained_at.get(uid, -10**9) <= self.cooldown:
                 cooling.append(uid)
             else:

@@ -58,29 +58,6 @@ class Selector:
 AllSelector = Selector
 
 
-def _next_unused(pl: ComposedPlanner, st: StepState, used: set[str]) -> str | None:
-    """`pl.take(1, st, extra=used)` (the next stream prompt not in `used`, the step's groups or those in flight,
-    passing over prompts still cooling unless none other is found), without copying `used`: the same stream
-    reads and the same answer, in time that does not grow with `used`. `used` must already hold the step's
-    groups and pl.in_flight. tests/test_planner_props.py checks it against pl.take itself."""
-    scanned: set[str] = set()  # new prompts met in this call (take's own additions to its `seen`)
-    cooling: list[str] = []
-    for i in range(2 * pl.pool_size):
-        if not pl.cooldown and i >= pl.pool_size and len(used) + len(scanned) >= pl.pool_size:
-            break
-        uid = pl.stream.take(1)[0]
-        if uid in used or uid in scanned:
-            continue
-        scanned.add(uid)
-        if pl.cooldown and st.step - pl.trained_at.get(uid, -10**9) <= pl.cooldown:
-            cooling.append(uid)
-        else:
-            return uid
-    if cooling:  # a pool too small for the cooldown: the prompt cooled longest
-        return min(cooling, key=lambda u: pl.trained_at[u])
-    return None
-
-
 class SkipSelector(Selector):
     name = "skip"
 
@@ -109,9 +86,10 @@ class SkipSelector(Selector):
         for _ in range(pl.pool_size):
             if len(chosen) >= k:
                 break
-            uid = _next_unused(pl, st, looked)
-            if uid is None:
+            got = pl.take_unused(1, st, looked)
+            if not got:
                 break
+            uid = got[0]
             looked.add(uid)
             if pl.rng.random() < self.keep_probability(pl.index[uid]):
                 chosen.append(uid)

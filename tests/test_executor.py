@@ -255,9 +255,59 @@ def test_speculative_reuse_draws_on_the_bank_only_in_a_steps_first_round(tiny_mo
     assert eng.stats["spec_candidates"] == 0
     copies = sum(a.response_ids == b.response_ids for u in prompts for a, b in zip(first.groups[u], top_up.groups[u]))
     assert copies < 6
-    # the next step's first round does reuse them: both rounds' responses, 4 per prompt
+    # the next step's first round does reuse them: the first round's responses only, 2 per prompt (a follow-up
+    # round is asked for because of the first round's rewards: its responses would tilt the bank toward them)
     ex.generate([Request(u, 4) for u in prompts], first_round=True)
-    assert eng.stats["spec_candidates"] == 12
+    assert eng.stats["spec_candidates"] == 6
+
+
+class _Scripted:
+    """Sample k of the engine's life is one token, k + 10 (its id tells the round it came from)."""
+
+    version = 0
+
+    def __init__(self):
+        self.k = 0
+
+    def run_round(self, reqs, stop_when=None, token_budget=None, hold=False, feed=None, generator=None):
+        from rollwise.engine.hf import GenerationOutput
+
+        outs = []
+        for q in reqs:
+            outs.append(GenerationOutput([self.k + 10], [-0.1], [0], "stop", request_id=q.request_id))
+            self.k += 1
+        return outs, []
+
+    def verify(self, prompts, olds, lenience, temperature, max_new):
+        return [o for o in olds]
+
+
+def test_speculative_reuse_banks_a_steps_first_round_only():
+    """Stages that stop at the first correct response (ar3po), top-ups and growth are asked for because of the
+    first round's rewards: a bank holding their responses draws the outcome that asked for them more often than
+    the policy does. The first round's responses (reused ones included) are a plain draw; only they are banked."""
+    ex = RolloutExecutor(_Scripted(), {"a": [1], "b": [1]}, 4, 1.0, speculative=True)
+    ex.generate([Request("a", 2), Request("b", 1)], first_round=True)  # tokens 10, 11 | 12
+    ex.generate([Request("a", 3)], first_round=False)  # a follow-up: 13, 14, 15
+    assert {u: [o.response_ids[0] for o in v] for u, v in ex.bank.items()} == {"a": [10, 11], "b": [12]}
+    # the next step reuses the bank whole and samples the rest; the reused ones stay in the bank
+    out = ex.generate([Request("a", 3)], first_round=True)
+    assert sorted(o.response_ids[0] for o in out.groups["a"]) == [10, 11, 16]
+    assert sorted(o.response_ids[0] for o in ex.bank["a"]) == [10, 11, 16] and ex.bank["b"][0].response_ids == [12]
+
+
+def test_a_carried_group_from_a_checkpoint_before_first_round_ids_is_banked_whole():
+    from rollwise.engine.executor import _Group
+    from rollwise.engine.hf import GenerationOutput
+
+    ex = RolloutExecutor(_Scripted(), {"a": [1]}, 4, 1.0, speculative=True)
+    g = _Group("a", expected=2, done=[GenerationOutput([7], [-0.1], [0], "stop", request_id=3)],
+               pending=[GenerationRequest([1], 4, request_id=4)], carried=True)
+    del g.first_ids  # as unpickled from an older checkpoint
+    ex.load_state_dict({"carried": {"a": g}, "bank": {}, "totals": ex.totals})
+    out = ex.generate([], first_round=True)
+    assert [o.response_ids[0] for o in out.adopted["a"]] == [7, 10]
+    assert [o.response_ids[0] for o in ex.bank["a"]] == [7, 10]
 
 
 def test_a_group_is_delivered_in_the_order_its_samples_were_requested_not_finished():

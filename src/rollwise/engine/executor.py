@@ -39,6 +39,8 @@ class _Group:
     done: list[GenerationOutput] = field(default_factory=list)
     pending: list[GenerationRequest] = field(default_factory=list)
     carried: bool = False  # started in an earlier step
+    # request ids of the step's first round (and of carried requests): the responses speculative reuse banks
+    first_ids: set[int] = field(default_factory=set)
 
     @property
     def complete(self) -> bool:
@@ -205,12 +207,18 @@ class RolloutExecutor:
             for (uid, _), item in zip(reused, items):
                 if isinstance(item, GenerationOutput):
                     groups[uid].done.append(item)
+                    if item.request_id is not None:  # a first-round response whatever id its engine kept
+                        groups[uid].first_ids.add(item.request_id)
                 else:
                     queue.append((uid, replace(item, request_id=None)))
             for k, v in self._spec_stats().items():
                 self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
         queue += fresh
-        return [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
+        out = [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
+        if reuse:  # a first round's requests: what the bank may keep of them (_deliver)
+            for uid, q in out:
+                groups[uid].first_ids.add(q.request_id)
+        return out
 
     def _deliver(self, groups: dict[str, _Group], uids: list[str]) -> RoundOutput:
         """Take the complete groups `uids` out of `groups` into a RoundOutput (carried ones as adopted)."""
@@ -223,8 +231,11 @@ class RolloutExecutor:
             g.done.sort(key=lambda o: -1 if o.request_id is None else o.request_id)
             (out.adopted if g.carried else out.groups)[uid] = g.done
             self.totals["delivered"] += len(g.done)
-            if self.speculative:  # every response of this step's rounds together
-                kept = [o for o in g.done if o.response_ids]
+            if self.speculative:  # the first round's responses only (reused whole ones included, request_id None):
+                # a follow-up round (top-ups, growth, stages, back-fill) is asked for because of the first round's
+                # rewards, so a bank with its responses held more of the outcome that asked for it (stages that
+                # stop at the first correct response banked a correct one in every group that found one)
+                kept = [o for o in g.done if o.response_ids and (o.request_id is None or o.request_id in g.first_ids)]
                 self.bank[uid] = self.bank[uid] + kept if uid in self._banked else kept
                 self._banked.add(uid)
         return out
@@ -369,6 +380,9 @@ class RolloutExecutor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.carried = state["carried"]
+        for g in self.carried.values():
+            if "first_ids" not in vars(g):  # a checkpoint from before first_ids: carried requests are first-round ones
+                g.first_ids = {o.request_id for o in g.done} | {q.request_id for q in g.pending}
         self.bank = state["bank"]
         self.totals = dict(state["totals"])
         self._next_id = int(state.get("next_id", 0))

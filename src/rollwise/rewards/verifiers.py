@@ -7,14 +7,16 @@ Answer extraction (`extract_answer`), applied in this order:
    a box that is the whole of the tag's contents (``<answer>\\boxed{12}</answer>``) and a ``\\text{...}``
    (``\\textbf``, ``\\mathrm``, ...) around the whole answer are taken off;
 3. else the last non-empty line (or, when it is a sentence with neither a number nor an
-   "answer" prefix, such as "I hope it is correct.", the last line before it with one), with a
+   "answer" prefix, such as "I hope it is correct.", nor an answer named later in it, "So the answer is Paris"
+   but not "I hope the answer is correct.", the last line before it with one), with a
    leading "answer:"/"the answer is" (also as a markdown label, "**Answer**:", "### Answer:") and surrounding
    markdown/LaTeX decoration (``* $ `` and a
    final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
-   ``x+2``); otherwise the first number after an "answer is" prefix, or the number right after "answer is"
+   ``x+2``); a list of numbers and nothing else (``0.0, 0.5238``, ``4.89 4.56``, after an "answer is" prefix or
+   not) is the answer as a whole; otherwise the first number after an "answer is" prefix, or the number right after "answer is"
    later in the line (``The answer is 2, since 98 = 2 * 49`` and ``So the answer is 2, since ...`` give ``2``), else
-   the last number in it (``The sum is 12.`` gives ``12``), or the
-   line itself when it holds no number. `exact_match` also compares the whole line with the gold
+   the last number in it (``The sum is 12.`` gives ``12``), or, when it holds no number, what follows a
+   mid-line "answer is" (``So the answer is Paris.`` gives ``Paris``), else the line itself. `exact_match` also compares the whole line with the gold
    answer, so a gold answer with words ("12 apples", "2, 3") matches the same line.
 
 The result is stripped, and thousands separators are removed from a lone number
@@ -119,9 +121,32 @@ def _answer_line(text: str) -> str:
         named = [ln for ln in lines[:-1] if _PREFIX.match(ln.strip(_DECORATION)) and _NUMBER.search(ln)]
         return named[-1] if named and not _NUMBER.search(last) else last
     for ln in reversed(lines):
-        if _NUMBER.search(ln) or _PREFIX.match(ln.strip(_DECORATION)):
+        if _NUMBER.search(ln) or _PREFIX.match(ln.strip(_DECORATION)) or _named_later(ln):
             return ln
     return last
+
+
+# "So the answer is Paris", "No wait, the answer is Paris": an answer named later in the line (not "I hope the
+# answer is correct.")
+_LATER = re.compile(r"\banswer\s+is\b[\s*_]*[:=]?\s*", re.IGNORECASE)
+_CLOSERS = {"correct", "incorrect", "right", "wrong", "clear", "unclear", "helpful", "accurate", "complete", "valid",
+            "satisfactory", "useful", "ok", "okay", "fine", "good", "above", "below", "as", "given", "shown",
+            # a remark on an answer given earlier ("12 + 5 = 17" and then "The answer is consistent with the check.")
+            "reasonable", "consistent", "plausible", "likely", "unlikely", "verified", "confirmed", "checked",
+            "sound", "obvious", "straightforward", "simple", "easy", "not", "still", "indeed", "probably"}
+
+
+def _named_later(line: str) -> str | None:
+    """What follows the last "answer is" in `line` ("So the answer is Paris." gives "Paris"), without decoration or a
+    final period; None without one, or when it is a closing remark ("I hope the answer is correct.")."""
+    found = list(_LATER.finditer(line))
+    if not found:
+        return None
+    tail = _strip_decoration(line[found[-1].end():])
+    words = tail.lower().split()
+    if not words or (words[0] in _CLOSERS and (len(words) == 1 or words[0] != "right")):
+        return None
+    return tail
 
 
 def _line_answer(raw: str) -> str:
@@ -132,6 +157,11 @@ def _line_answer(raw: str) -> str:
         return line
     numbers = _NUMBER.findall(line)
     if not numbers:
+        # "So the answer is Paris": what the line names, not the whole sentence
+        return (None if prefixed else _named_later(line)) or line
+    # a list of numbers and nothing else ("0.0, 0.5238", "4.89 4.56") is the answer, not its first or last number:
+    # "The answer is 0.0, 0.5238" read as 0.0 gave full credit to a wrong extra root
+    if len(numbers) > 1 and _number_list(line):
         return line
     # "The answer is 2, since 98 = 2 * 49": the number the prefix names, not the last one
     if prefixed:
@@ -139,7 +169,22 @@ def _line_answer(raw: str) -> str:
     # "So the answer is 2, since ...": the same, mid-line, where the number comes right after ("If the answer is
     # x, then 2x = 10, so x = 5" names no number there: the last one)
     named = _NAMED.search(line)
+    if named and _number_list(line[named.start(1):]):  # "No wait, the answer is 0.0, 0.5238"
+        return line[named.start(1):]
     return named.group(1) if named else numbers[-1]
+
+
+_LIST_SEPARATOR = re.compile(r"\s*[,;]\s*|\s+(?:and\s+)?", re.IGNORECASE)
+
+
+def _number_list(text: str) -> bool:
+    """Whether `text` is two or more numbers and nothing else, apart from commas, semicolons, spaces and "and"
+    between them. Read number by number: one pattern for the whole list backtracked exponentially on a long
+    "1,000,000,...", whose commas are both thousands separators and list separators."""
+    found = list(_NUMBER.finditer(text))
+    if len(found) < 2 or found[0].start() != 0 or found[-1].end() != len(text):
+        return False
+    return all(_LIST_SEPARATOR.fullmatch(text[a.end():b.start()]) for a, b in zip(found, found[1:]))
 
 
 _NAMED = re.compile(r"\banswer\s+is\s*[:=]?[\s$*]*(" + _NUMBER.pattern + ")", re.IGNORECASE)
@@ -286,7 +331,9 @@ def _rg_scorer(source_dataset: str) -> Callable[[str, dict], float]:
 
 def reasoning_gym(completion: str, item: PromptItem) -> float:
     """The generator's own `score_answer` on the extracted answer, or on the whole answer line (without a tag
-    or box, and without words) where that line, and not the extracted answer, gets full credit.
+    or box, and without words) where that line, and not the extracted answer, gets full credit, or on the gold
+    answer where the last line or the answer line (without a tag or box) is the gold answer word for word
+    ("-36.0 + 15.0i", "1 days, 14:27:36", a sentence), with or without an "answer is" prefix.
 
     Items without ``entry['metadata']['source_dataset']`` (file tasks) fall back to
     `exact_match`. Note that reasoning-gym's default scorer gives partial credit
@@ -310,7 +357,38 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
         with contextlib.suppress(Exception):  # the line is a second chance: its failure keeps the first score
             if float(scorer(line[0], entry)) == 1.0:
                 return 1.0
+    # the gold answer written out as the last line or the answer line, word for word: "-36.0 + 15.0i",
+    # '{"sequence": [51]}', "1 days, 14:27:36", "There's the rub." (its period kept) scored as their last number or
+    # a sentence's partial credit, and a last line "THE GOOD REMARKED MRS" after reasoning with numbers as that
+    # reasoning line. Only the gold answer itself, and only where its scorer gives it full credit
+    if score < 1.0:
+        said = _said_as_written(completion, str(entry["answer"]))
+        if said is not None:
+            with contextlib.suppress(Exception):
+                if float(scorer(said, entry)) == 1.0:
+                    return 1.0
     return score
+
+
+def _said_as_written(completion: str, gold: str) -> str | None:
+    """Without a tag or box: the last line (delimiter lines such as "$$" aside) or the answer line (`_answer_line`:
+    the one before a closing "I hope it is correct.") when it is `gold` word for word (whitespace runs aside), with
+    or without an "answer is" before it, surrounding decoration and a final period; else None. Not any earlier line:
+    it may be an answer taken back ("The answer is X" and then "No wait, the answer is Y")."""
+    if _last_tag(completion) is not None or _last_boxed(completion) is not None:
+        return None
+    target = " ".join(gold.split())
+    lines = [ln.strip() for ln in completion.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
+    if not target or not lines:
+        return None
+    for raw in dict.fromkeys([lines[-1], _answer_line(completion).strip()]):
+        bare = _PREFIX.sub("", raw.strip(_DECORATION)).strip()
+        later = _LATER.split(raw)[-1].strip() if _LATER.search(raw) else ""  # "So the answer is -36.0 + 15.0i."
+        for cand in (raw, bare, bare.removesuffix(".").rstrip(), _strip_decoration(raw), later,
+                     later.removesuffix(".").rstrip()):
+            if " ".join(cand.split()) == target:
+                return cand
+    return None
 
 
 def prepare_reasoning_gym(items: list[PromptItem]) -> None:

@@ -145,3 +145,20 @@ def test_a_remark_on_an_earlier_answer_is_not_read_as_the_answer(remark):
 
     assert extract_answer(f"12 + 5 = 17\n{remark}") == "17"
     assert extract_answer("Paris is the capital.\nSo the answer is Paris.") == "Paris"
+
+
+def test_a_task_whose_own_scorer_gives_wrong_answers_full_credit_is_named():
+    """game_of_life_halting's scorer compares bool(answer) with bool(gold): any answer scores 1, so every group has
+    equal rewards and the task teaches nothing. The run is told which task, with an example."""
+    from rollwise.rewards.verifiers import lenient_scorer_note
+
+    cfg = DataConfig(tasks=[TaskSpec(name="game_of_life_halting"), TaskSpec(name="chain_sum")], train_size=40,
+                     eval_size=8)
+    train, evals = build_items(cfg, 0)
+    note = lenient_scorer_note(train + evals, "reasoning_gym")
+    assert note is not None and "game_of_life_halting" in note and "chain_sum" not in note, note
+    assert lenient_scorer_note(train + evals, "exact_match") is None  # only reasoning_gym uses the task's scorer
+    ok = DataConfig(tasks=[TaskSpec(**t) for t in DEFAULT_TASKS],
+                    train_size=60, eval_size=10)
+    train, evals = build_items(ok, 0)
+    assert lenient_scorer_note(train + evals, "reasoning_gym") is None

@@ -50,7 +50,7 @@ from rollwise.models import (
 )
 from rollwise.planner import GroupResult, Request, build_planner
 from rollwise.rewards import RewardRunner
-from rollwise.rewards.verifiers import multiline_answers_note
+from rollwise.rewards.verifiers import lenient_scorer_note, multiline_answers_note
 from rollwise.runlock import lock_run_dir
 from rollwise.tracking import Tracker, read_metrics
 from rollwise.training.best import (
@@ -402,9 +402,10 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True, log
         repeats = repeated_questions_note(train_items)
         if repeats:
             print(f"rollwise: note: {repeats}", file=sys.stderr)
-        note = multiline_answers_note(train_items + eval_items, asks, cfg.reward.functions[0].name)
-        if note:
-            print(f"rollwise: warning: {note}", file=sys.stderr)
+        for note in (multiline_answers_note(train_items + eval_items, asks, cfg.reward.functions[0].name),
+                     lenient_scorer_note(train_items + eval_items, cfg.reward.functions[0].name)):
+            if note:
+                print(f"rollwise: warning: {note}", file=sys.stderr)
         path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
         tokenizer = load_tokenizer(path)
         from transformers import AutoConfig

@@ -249,6 +249,40 @@ def multiline_answers_note(items: list[PromptItem], instruction: str, reward: st
             "in data.instruction (for example data.instruction=\"Give the final answer in <answer></answer> tags.\")")
 
 
+def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8) -> str | None:
+    """A warning naming the reasoning-gym tasks whose own scorer gives a wrong answer full credit (under
+    `reward` reasoning_gym, which uses it): of up to `per_task` items of a task, each is scored with the gold
+    answer of the next item whose gold differs, and a task where every such wrong answer scores 1 is named
+    (reasoning-gym 0.1.25's game_of_life_halting compares bool(answer) with bool(gold), so any answer scores 1
+    and its groups teach nothing; puzzle24's checks that an expression makes 24, not that it uses the question's
+    numbers)."""
+    if reward != "reasoning_gym":
+        return None
+    by_task: dict[str, list[PromptItem]] = {}
+    for it in items:
+        if (it.entry.get("metadata") or {}).get("source_dataset") and len(by_task.get(it.task, ())) < per_task:
+            by_task.setdefault(it.task, []).append(it)
+    named = []
+    for task, its in by_task.items():
+        pairs = [(a, b) for a in its for b in its if gold_answer(b) != gold_answer(a)]
+        tried = list({id(a): (a, b) for a, b in pairs}.values())  # one wrong answer for each item that has one
+        if len(tried) < 2:
+            continue
+        try:
+            full = all(reasoning_gym(gold_answer(b), a) == 1.0 for a, b in tried)
+        except Exception:  # noqa: BLE001 - a scorer that fails here is reported per sample when the reward runs
+            continue
+        if full:
+            a, b = tried[0]
+            named.append(f"{task} (gold {gold_answer(a)!r}, answer {gold_answer(b)!r}: 1.0)")
+    if not named:
+        return None
+    return (f"the reasoning-gym scorer of {', '.join(named)} gives full credit to the gold answers of other items "
+            "of the task, so it rewards answers that do not solve the question (where any answer scores 1, groups "
+            "have equal rewards and teach nothing): leave the task out of data.tasks, or score it with "
+            "reward.functions=[{name: exact_match}]")
+
+
 def gold_answer(item: PromptItem) -> str:
     """The item's gold answer; GSM8K-style '#### 72' keeps what follows the last '####'."""
     answer = str(item.answer)

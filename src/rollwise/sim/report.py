@@ -62,6 +62,19 @@ def curve(r: RunResult, unit: str) -> np.ndarray:
     return np.asarray(r.accuracy)[np.maximum(idx, 0)]
 
 
+def area(r: RunResult, unit: str) -> float:
+    """The mean held-out accuracy over 0..total budget: the exact area under the step function that `curve`
+    samples (after each step, its accuracy until the next step's end), divided by the total. The step that
+    crosses the total gives no credit; a run that stopped short of the total keeps its last accuracy."""
+    total = float(r.budget_total)
+    acc = np.asarray(r.accuracy, dtype=float)
+    if total <= 0:
+        return float(acc[0])
+    start = np.minimum(np.asarray(spend(r, unit), dtype=float), total)
+    width = np.append(start[1:], total) - start  # how long each accuracy held inside the budget
+    return float(np.dot(acc, width) / total)
+
+
 def first_reach(r: RunResult, unit: str, target: float) -> float:
     """Budget spent by the end of the first step after which held-out accuracy reaches `target`; NaN
     if no step within the run's budget reaches it."""
@@ -101,7 +114,7 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
             # a share of uniform's run: not defined without a uniform row (not "never")
             "latency_share": bootstrap(latency) if base_latency else Stat(math.nan, math.nan, math.nan, -1),
             "final": bootstrap(curves[:, -1]),
-            "auc": bootstrap(curves.mean(axis=1)),
+            "auc": bootstrap(np.array([area(r, unit) for r in runs])),  # exact, not the grid's mean
             "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
             "effective_trained": bootstrap(np.array([r.effective / max(r.trained, 1) for r in runs])),
             "all_wrong": bootstrap(np.array([r.all_wrong for r in runs])),

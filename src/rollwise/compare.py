@@ -11,7 +11,7 @@ from typing import Any
 
 from rollwise.config import leaves
 from rollwise.tracking import read_metrics
-from rollwise.ui import run_config
+from rollwise.ui import run_config, stop_reason
 
 # settings that name or place a run, not what it computed
 _NAMING = {"run.name", "run.output_dir"}
@@ -61,6 +61,19 @@ def differing_settings(configs: dict[str, dict[str, Any]]) -> list[str]:
     return [f"{k}: {' | '.join(str(f.get(k, '-')) for f in flat)}" for k in _differing_keys(flat)]
 
 
+def unfinished(run_dir: Path) -> str | None:
+    """"step S of N" (and whether its final evaluation is missing) for a run that did not finish, by the rule of
+    the report's "stopped by" (killed, still running, or killed during its final evaluation); None for a finished
+    run, or one whose config names no train.max_steps."""
+    cfg, hist = run_config(run_dir), read_metrics(run_dir, warn=False)
+    reason = stop_reason(cfg, hist, run_dir) or ""
+    if not reason.startswith("not finished"):
+        return None
+    last = max([0, *(h["step"] for h in hist if "rollout/reward_mean" in h)])
+    return (f"step {last} of {cfg['train']['max_steps']}"
+            + (", its final evaluation missing" if "final evaluation" in reason else ""))
+
+
 def reach_target(points: list[tuple[float, float]]) -> tuple[float | None, str]:
     """(the first run's final accuracy as the target to reach, or None and why it is none): a target only
     if that run evaluated after training and gained."""
@@ -89,8 +102,9 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
     for i, (d, c) in enumerate(zip(run_dirs, curves)):
         planner = (run_config(d).get("planner") or {}).get("strategy", "-")
         pts = c["points"]
-        acc = (f"{pts[0][1]:.1%} -> {pts[-1][1]:.1%} ({(pts[-1][1] - pts[0][1]) * 100:+.1f})" if pts
-               else "no evaluation")
+        # one evaluation (eval.at_start=false): no gain measured, so none shown
+        acc = ("no evaluation" if not pts else f"{pts[0][1]:.1%} (one evaluation)" if len(pts) == 1 else
+               f"{pts[0][1]:.1%} -> {pts[-1][1]:.1%} ({(pts[-1][1] - pts[0][1]) * 100:+.1f})")
         share = f"{c['tokens'] / base['tokens']:.2f}" if base["tokens"] else "-"
         reach = tokens_to_reach(pts, target) if target is not None else None
         reached = "-" if target is None or not pts else "never" if reach is None else (
@@ -101,6 +115,10 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
         rows.append(f"| {d} | {planner} | {c['steps']} | {acc} | {c['tokens']:,.0f} | {share} | {reached} | {eff} |")
     if why:
         rows.append(f"(no tokens-to-reach: the first run, {run_dirs[0]}, {why})")
+    for d in run_dirs:  # its last evaluation is no final accuracy, and its tokens no run's cost
+        where = unfinished(d)
+        if where:
+            rows.append(f"(not finished: {d}, {where}; its last evaluation is not its final accuracy)")
     if other_items:
         rows.append("(other held-out items: a run whose data.* or run.seed differs from the first run's was scored on "
                     "other items, so the first run's accuracy is no target for it; runs over several seeds are paired "
@@ -135,7 +153,13 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
             # last evaluation is its start, no final accuracy
             unevaluated.append(f"  {d}: no evaluation after training; not paired")
             continue
-        if run["points"] and run["tokens"]:
+        where = unfinished(d)
+        if where:  # killed after an evaluation during training: that is no final accuracy (nor its tokens a cost)
+            unevaluated.append(f"  {d}: not finished ({where}); not paired")
+            continue
+        if not run["points"]:
+            unevaluated.append(f"  {d}: no evaluation; not paired")
+        elif run["tokens"]:
             group = ", ".join(f"{k}={c.get(k)}" for k in keys)
             if seed in by.setdefault(group, {}):
                 twice.setdefault(group, set()).add(seed)
@@ -157,6 +181,9 @@ def paired_by_seed(run_dirs: list[Path]) -> list[str]:
         lines.append(f"  {group}: {statistics.mean(diffs):+.1f} points (SE {se:.1f}), ahead on "
                      f"{sum(d > 0 for d in diffs)} of {len(diffs)} seeds; {statistics.mean(ratios):.2f} of the tokens "
                      f"({min(ratios):.2f}-{max(ratios):.2f})")
+    if not lines and unevaluated:  # the runs left out leave no pair: say which, not nothing
+        return [f"not paired by run.seed with {base}: fewer than 2 seeds in common once these runs are left out:",
+                *unevaluated]
     return [f"paired by run.seed with {base} (final held-out accuracy, rollout tokens):", *lines, *unevaluated] \
         if lines else []
 

@@ -239,7 +239,10 @@ def print_summary(run_dir: Path, title: str | None = None) -> dict[str, Any]:
             summary["environment changed at a resume"] = "; ".join(changed)
     saved = read_best(run_dir)
     if saved:
-        summary["best weights (eval.save_best)"] = f"{best_dir(run_dir)} (step {saved['step']})"
+        # its accuracy too: with eval.early_stopping_min_delta the saved best need not be "eval accuracy (best)"
+        acc = saved.get("accuracy")
+        summary["best weights (eval.save_best)"] = (f"{best_dir(run_dir)} (step {saved['step']}"
+                                                    + (f", accuracy {acc:.3f})" if isinstance(acc, (int, float)) else ")"))
     table = Table(title=escape(title or f"rollwise run {run_dir}"))  # a path "sweep[lr]" is no markup
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -525,8 +525,8 @@ def test_report_panels_cover_the_planner_metrics() -> None:
     assert panels["samples per prompt (every step)"] == ("hist", [2, 8, 8, 16])
     kind, data = panels["share of rollouts per task"]
     assert [label for label, _ in data] == ["gcd", "sum"] and data[1][1] == [(1, 0.75)]
-    # all wrong / all correct count successes; with partial credit no group need have equal rewards
-    assert [label for label, _ in panels["groups with no success / all successes"][1]] == ["all wrong", "all correct"]
+    # the series count successes (reward >= planner.success_threshold), not correct answers; with partial credit no group need have equal rewards
+    assert [label for label, _ in panels["groups with no success / all successes"][1]] == ["no success", "all successes"]
     assert panels["groups with equal rewards (rollout/frac_zero_std_groups)"] == ("line", [("", [(1, 0.0)])])
     assert "estimator's Brier score" not in panels  # no panel for a metric the run never logged
     assert panels["effective ratio"] == ("line", [("of rollouts generated", [(1, 0.5)])])

@@ -44,8 +44,8 @@ def panels_of(hist: list[dict]) -> list[tuple[str, str, list]]:
         # by successes (reward >= planner.success_threshold): with partial credit a group can be all
         # "wrong" with unequal rewards; rollout/frac_zero_std_groups is the equal-reward share
         out.append(("groups with no success / all successes", "line",
-                    [("all wrong", series("planner/all_wrong_share")),
-                     ("all correct", series("planner/all_correct_share"))]))
+                    [("no success", series("planner/all_wrong_share")),
+                     ("all successes", series("planner/all_correct_share"))]))
     if any("planner/revisit_share" in h for h in steps):
         out.append(("gradient groups on prompts trained before", "line",
                     [("", series("planner/revisit_share"))]))

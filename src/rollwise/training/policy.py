@@ -114,6 +114,18 @@ def _order(rows: list[_Row]) -> list[_Row]:
     return [r for g in sorted(groups.values(), key=lambda g: max(_length(r) for r in g)) for r in g]
 
 
+def _enable_checkpointing(model: torch.nn.Module) -> None:
+    """Gradient checkpointing, non-reentrant whatever transformers' default: transformers 4.x checkpoints with
+    use_reentrant=True, which under LoRA (frozen embeddings: the layers' input needs no gradient) cuts the graph
+    at each layer, so the adapters inside got no gradient. transformers 5 renamed the switch."""
+    kwargs = {"use_reentrant": False}
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        enable = getattr(model, f"{name}_enable", None)
+        if enable is not None:
+            enable(**{f"{name}_kwargs": kwargs})
+            return
+
+
 class PolicyTrainer:
     def __init__(self, cfg: Config, model: torch.nn.Module, pad_id: int):
         self.cfg = cfg
@@ -144,10 +156,8 @@ class PolicyTrainer:
             self.ref_model = copy.deepcopy(model).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
-        enable = getattr(model, "activation_checkpointing_enable", None) or getattr(  # transformers 5 renamed it
-            model, "gradient_checkpointing_enable", None)
-        if t.gradient_checkpointing and enable is not None:
-            enable()
+        if t.gradient_checkpointing:
+            _enable_checkpointing(model)
         self.share_prompts = t.share_prompt_forward and shares_prompts(model)
         # float16 autocast needs loss scaling: the gradients of a loss normalised over a batch's tokens are small
         # enough to flush to 0 in float16 (a no-op for float32 and bfloat16, whose range is float32's)
@@ -371,7 +381,14 @@ class PolicyTrainer:
         with self._autocast():
             if self.ref_model is not None:
                 lp, _ = response_logprobs(self.ref_model, batch, self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)
-            else:  # LoRA: the base model with adapters switched off is the reference
-                with self.model.disable_adapter():
-                    lp, _ = response_logprobs(self.model, batch, self.cfg.rollout.temperature, self.cfg.train.logprob_chunk)
+            else:  # LoRA: the base model with adapters switched off is the reference, in eval mode like the
+                # full-weights reference (no dropout where train.disable_dropout=false left some)
+                training = self.model.training
+                self.model.eval()
+                try:
+                    with self.model.disable_adapter():
+                        lp, _ = response_logprobs(self.model, batch, self.cfg.rollout.temperature,
+                                                  self.cfg.train.logprob_chunk)
+                finally:
+                    self.model.train(training)
         return lp

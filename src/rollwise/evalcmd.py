@@ -171,6 +171,29 @@ def eval_engine(cfg: Config, path: str, ckpt: Path | None, tok: Any) -> Any:
     return engine
 
 
+def check_eval_context(path: str, longest_prompt: int, max_new: int) -> None:
+    """Before generating: a ConfigError when the longest held-out prompt plus the new tokens asked for does not fit a
+    model whose positions are a learned table (GPT-2: it failed mid-evaluation with an IndexError traceback); a
+    warning for other models, which generate past their trained context off their training."""
+    from transformers import AutoConfig
+
+    from rollwise.engine.factory import context_length, learned_position_embeddings
+
+    model_config = AutoConfig.from_pretrained(path, local_files_only=Path(path).exists())
+    found = context_length(model_config)
+    if found is None or longest_prompt + max_new <= found[0]:
+        return
+    limit, name = found
+    problem = (f"the longest held-out prompt ({longest_prompt} tokens) + the new tokens asked for ({max_new}: "
+               f"eval.max_completion_length, else rollout.max_completion_length) = {longest_prompt + max_new} tokens "
+               f"exceeds the model's context length ({limit}, its config's {name}); lower eval.max_completion_length "
+               f"or data.max_prompt_length (longer prompts are left out) so that they add up to at most {limit}")
+    if learned_position_embeddings(model_config):
+        raise ConfigError(f"{problem} (this model's positions are a learned table: longer sequences cannot be "
+                          "generated)")
+    print(f"rollwise: warning: {problem} (past it this model generates off its training)", file=sys.stderr)
+
+
 def run_eval_command(args: argparse.Namespace) -> int:
     from rollwise.data import build_items, encode_prompts
     from rollwise.evaluate import evaluate
@@ -208,6 +231,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
     if dropped:
         print(f"rollwise: {len(dropped)} of {len(eval_items)} held-out items are longer than data.max_prompt_length="
               f"{cfg.data.max_prompt_length} tokens and are left out", file=sys.stderr)
+    max_new = cfg.eval.max_completion_length or cfg.rollout.max_completion_length
+    check_eval_context(path, max(len(ids[i]) for i in keep), max_new)
     engine = eval_engine(cfg, path, ckpt, tok)
     m = evaluate(engine, [eval_items[i] for i in keep], [ids[i] for i in keep], runner, cfg.reward.functions[0].name,
                  tok, cfg.eval.max_completion_length or cfg.rollout.max_completion_length, cfg.eval.pass_k,

@@ -59,7 +59,11 @@ def run_export_command(args: argparse.Namespace) -> int:
                                                 "(RUN/checkpoints/step_N): put it back under its run folder" if alone
                                                 else "; a model folder needs no export"))
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
-    tok = load_tokenizer(path)
+    # the model's own tokenizer: the pad token rollwise falls back to (its eos) is a choice of training's batches,
+    # and a pad token equal to eos makes common fine-tuning collators mask every eos label of the exported model
+    tok = load_tokenizer(path, pad=False)
+    for key in ("local_files_only", "is_local"):  # how this process loaded it, not part of the tokenizer
+        tok.init_kwargs.pop(key, None)
     model = load_model(path, torch.float32)
     if cfg.model.lora.enabled:
         model = apply_lora(model, cfg.model)

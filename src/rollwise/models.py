@@ -150,6 +150,9 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
         return str(_convert_builtin(name_or_path, Path(cache_dir) if cache_dir else default_cache_dir()))
     p = Path(name_or_path).expanduser()
     if looks_local(name_or_path):
+        if p.exists() and not p.is_dir():  # config.json, a .safetensors or .gguf file: "not found" misled
+            raise ModelError(f"model path '{name_or_path}' is a file, not a folder: give the Hugging Face model folder "
+                             f"that holds config.json, the weights and the tokenizer files (such as '{p.parent}')")
         if not p.is_dir():
             raise ModelError(f"model path '{name_or_path}' not found: expected a folder with config.json")
         if not (p / "config.json").is_file():
@@ -242,8 +245,9 @@ def _set_pad_token(tok: Any, path: str) -> None:
     tok.pad_token = fallback
 
 
-def load_tokenizer(path: str) -> Any:
-    """The tokenizer of a model folder or hub id, with a pad token (see `_set_pad_token`)."""
+def load_tokenizer(path: str, pad: bool = True) -> Any:
+    """The tokenizer of a model folder or hub id, with a pad token (see `_set_pad_token`); `pad=False` leaves it as
+    saved (`rollwise export` writes the model's own tokenizer, not one whose pad token is its eos)."""
     from transformers import AutoTokenizer
 
     _check_tokenizer_files(path)
@@ -253,7 +257,8 @@ def load_tokenizer(path: str) -> Any:
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear line
         raise ModelError(f"could not load tokenizer from '{path}': {type(e).__name__}: {_error_text(e).rstrip('.')}"
                          f"{_tokenizer_hint(path)}") from None
-    _set_pad_token(tok, path)
+    if pad:
+        _set_pad_token(tok, path)
     return tok
 
 

@@ -244,6 +244,10 @@ def test_format_prompt_variants() -> None:
     merged = format_prompt(ITEM, tiny_tokenizer(NO_SYSTEM), sys_cfg)
     assert merged == "<|user|> Be\n\nWhat is 2 + 2 ?\nBe brief.\n<|assistant|>"
     assert format_prompt(ITEM, tiny_tokenizer(None), cfg) == "What is 2 + 2 ?\nBe brief."
+    # no chat template: the system prompt (which may ask for the answer format) is kept in front, not dropped
+    assert format_prompt(ITEM, tiny_tokenizer(None), sys_cfg) == "Be\n\nWhat is 2 + 2 ?\nBe brief."
+    assert format_prompt(ITEM, chat, DataConfig(instruction="Be brief.", system_prompt="Be", use_chat_template=False)
+                         ) == "What is 2 + 2 ?\nBe brief."  # plain prompts asked for: as documented, without it
     plain_cfg = DataConfig(instruction="Be brief.", use_chat_template=False)
     assert format_prompt(ITEM, chat, plain_cfg) == "What is 2 + 2 ?\nBe brief."
 

@@ -4,9 +4,12 @@ The user message is the question, a newline and `cfg.instruction`. With
 `use_chat_template` and a tokenizer that has a chat template, it is wrapped as chat
 messages (with `cfg.system_prompt` as a system message when set) and rendered with
 `apply_chat_template(..., add_generation_prompt=True)`. If the template refuses a system
-message, the system prompt is put in front of the user message instead. Without a chat
-template (or with `use_chat_template: false`) the plain user text is the prompt, and the
-system prompt is not used.
+message, the system prompt is put in front of the user message instead. With
+`use_chat_template: false` the plain user text is the prompt, and the system prompt is not
+used (`rollwise train` warns of a system prompt set). With `use_chat_template` and a tokenizer
+without a chat template (or a template that fails), the prompt is plain text too, with the
+system prompt and a blank line in front of the user text: it may hold the answer format the
+reward reads.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ def _render(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> tuple[str, boo
     text = user_text(item, cfg)
     if not cfg.use_chat_template:
         return text, False
+    plain = f"{cfg.system_prompt}\n\n{text}" if cfg.system_prompt else text  # the system prompt kept, not dropped
     if not getattr(tokenizer, "chat_template", None):
         if "no_template" not in _warned:
             _warned.add("no_template")
-            log.warning("tokenizer has no chat template; using plain-text prompts")
-        return text, False
+            log.warning("tokenizer has no chat template; using plain-text prompts%s",
+                        " (data.system_prompt in front of the question)" if cfg.system_prompt else "")
+        return plain, False
     user = {"role": "user", "content": text}
     attempts = [[user]]
     if cfg.system_prompt:
@@ -51,7 +56,7 @@ def _render(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> tuple[str, boo
     if "template_error" not in _warned:
         _warned.add("template_error")
         log.warning("chat template failed (%s: %s); using plain-text prompts", type(error).__name__, error)
-    return text, False
+    return plain, False
 
 
 def format_prompt(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> str:

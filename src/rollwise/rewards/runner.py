@@ -29,6 +29,8 @@ from rollwise.errors import RewardWorkerError
 from rollwise.types import PromptItem
 
 MAX_MESSAGES = 5
+MESSAGE_CHARS = 500  # of an exception's message: one that holds a whole document must not flood stderr and the logs
+LIVENESS_CHECK_S = 0.2  # how often a wait on the worker also checks that it is alive
 # a function that fails (raises, hangs, returns no number) on this many calls in a row is broken, not unlucky:
 # the run stops (its last checkpoint stays) instead of training on its zeros to the end
 FAILING_IN_A_ROW = 64
@@ -77,13 +79,34 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(1)
 
 
-def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent_pid: int) -> None:
+def _start_watchdog(lifeline: Connection) -> None:
+    """A process in the worker's group that kills the group once the trainer is gone (its end of `lifeline`, whose
+    other end only the trainer holds, reads EOF). _watch_parent, a thread, cannot run while a reward function holds
+    the GIL (a catastrophic regex, a C loop): the worker then outlived a killed trainer for as long as that call ran."""
+    import subprocess
+
+    with contextlib.suppress(OSError):  # no sh: the thread alone watches
+        subprocess.Popen(["/bin/sh", "-c", "cat > /dev/null; kill -9 0"], stdin=lifeline.fileno(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    lifeline.close()
+
+
+def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent_pid: int,
+                 lifeline: Connection | None = None) -> None:
     if hasattr(os, "setpgrp"):  # a group of its own: a kill also ends the processes its reward functions start
         os.setpgrp()
+        if lifeline is not None:
+            _start_watchdog(lifeline)
     me = os.getpid()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         os.environ[var] = "false" if var == "TOKENIZERS_PARALLELISM" else "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # a reward function that leaks memory: the kernel's out-of-memory killer then takes this worker (restarted, the
+    # call counted) rather than the trainer, whose model makes it the larger process
+    with contextlib.suppress(OSError):
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    home = os.getcwd()
     sys.path[:] = sys_path
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     from rollwise.rewards import verifiers
@@ -122,9 +145,13 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
                         why = f"{type(e).__name__}: {e}"
                     except BaseException:  # noqa: BLE001  (an exception whose str() raises)
                         why = f"{type(e).__name__} (its message could not be read)"
+                    if len(why) > MESSAGE_CHARS:
+                        why = f"{why[:MESSAGE_CHARS]}... ({len(why)} characters)"
                     out = (0.0, "errors", f"{names[f]} raised {why}")
                 if os.getpid() != me:  # a child the function forked (os.fork) came back here: only the worker answers
                     os._exit(1)
+                with contextlib.suppress(OSError):  # os.chdir() in one call must not move the later ones (any function's)
+                    os.chdir(home)
                 conn.send(out)
 
 
@@ -147,9 +174,12 @@ def _sigint_ignored_by_children() -> Any:
             signal.signal(signal.SIGINT, before)
 
 
-def _stop(proc: Any, conn: Connection) -> None:
+def _stop(proc: Any, conn: Connection, lifeline: Connection | None = None) -> None:
     with contextlib.suppress(OSError):
         conn.close()
+    if lifeline is not None:
+        with contextlib.suppress(OSError):
+            lifeline.close()
     if proc.pid is not None and hasattr(os, "killpg"):  # the worker's group: processes its reward functions started
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -216,23 +246,26 @@ class RewardRunner:
         self._proc: Any = None
         self._conn: Connection | None = None
         self._finalizer: Finalize | None = None
+        self._dead_exitcode: int | None = None  # the exit code of the worker `_kill` found dead (None: alive or unknown)
 
     # -- worker lifecycle
 
     def _start(self) -> Connection:
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=True)
+        watched, lifeline = ctx.Pipe(duplex=False)  # the worker's watchdog reads EOF when `lifeline` closes
         proc = ctx.Process(
             target=_worker_main,
-            args=(child_conn, self.names, list(sys.path), os.getpid()),
+            args=(child_conn, self.names, list(sys.path), os.getpid(), watched),
             name="rollwise-reward-worker",
             daemon=False,  # reward functions may start their own processes
         )
         with _sigint_ignored_by_children():
             proc.start()
         child_conn.close()
+        watched.close()
         self._proc, self._conn = proc, parent_conn
-        self._finalizer = Finalize(self, _stop, args=(proc, parent_conn), exitpriority=10)
+        self._finalizer = Finalize(self, _stop, args=(proc, parent_conn, lifeline), exitpriority=10)
         msg = self._recv(STARTUP_TIMEOUT)
         if msg is None or msg[0] != "ready":
             self._kill()
@@ -247,16 +280,43 @@ class RewardRunner:
         return parent_conn
 
     def _recv(self, timeout: float) -> tuple | None:
-        """The next worker message; None after `timeout` seconds; ("dead",) if the worker died."""
+        """The next worker message; None after `timeout` seconds; ("dead",) if the worker died.
+
+        The worker's death is also checked on its process, not only on its end of the pipe: a process a reward function
+        forked (a sandbox, a multiprocessing pool) inherits that end and keeps it open, and a crash was then waited out
+        as a hang (or, between batches, as a batch never prepared)."""
         assert self._conn is not None
+        deadline = time.monotonic() + timeout
         try:
-            if not self._conn.poll(timeout):
-                return None
-            return self._conn.recv()
+            while True:
+                left = deadline - time.monotonic()
+                if self._conn.poll(max(0.0, min(left, LIVENESS_CHECK_S))):
+                    return self._conn.recv()
+                if self._proc is not None and not self._proc.is_alive():
+                    return self._conn.recv() if self._conn.poll(0) else ("dead",)  # its last words first
+                if left <= LIVENESS_CHECK_S:
+                    return None
         except (EOFError, OSError):
             return ("dead",)
 
-    def _kill(self) -> None:
+    def _how_it_died(self) -> str:
+        """How the worker process ended (after `_kill`, which waits for it), for the message of the call it died in."""
+        code = self._dead_exitcode
+        if code is None:
+            return "its end of the pipe closed"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                name = signal.Signals(-code).name
+                return f"it was killed by {name}" + (", as the out-of-memory killer does" if name == "SIGKILL" else "")
+            return f"it was killed by signal {-code}"
+        return f"it exited with code {code}"
+
+    def _kill(self, wait: float = 0.0) -> None:
+        """Stop the worker now; `wait`: seconds to let one whose pipe closed finish dying, for its own exit code."""
+        if wait and self._proc is not None:
+            self._proc.join(wait)
+        alive = self._proc is not None and self._proc.is_alive()  # (is_alive also collects the exit code of a dead one)
+        self._dead_exitcode = None if self._proc is None or alive else self._proc.exitcode
         if self._finalizer is not None:
             self._finalizer()  # runs _stop once
         self._proc, self._conn, self._finalizer = None, None, None
@@ -318,6 +378,7 @@ class RewardRunner:
         values = [[0.0] * nf for _ in range(n)]
         result = RewardResult(rewards=[], parts=[])
         pos = 0  # next call, numbered sample * nf + function
+        retried = False  # whether a worker that died before preparing this batch was replaced once already
         try:
             while pos < n * nf:
                 conn = self._conn if self._conn is not None else self._start()
@@ -327,21 +388,29 @@ class RewardRunner:
                     conn.send(batch)
                 except OSError:  # the idle worker died since the last batch: start afresh
                     self._kill()
+                    self.restarts += 1
                     self._start().send(batch)
-                if self._recv(STARTUP_TIMEOUT) != ("prepared",):
+                reply = self._recv(STARTUP_TIMEOUT)
+                if reply != ("prepared",):
                     self._kill()
+                    if reply == ("dead",) and not retried:  # it died idle (its pipe held open) or preparing: once more
+                        retried = True
+                        self.restarts += 1
+                        continue
+                    kind, why = ("errors", "died") if reply == ("dead",) else ("timeouts", "stuck")
                     for p in range(pos, n * nf):
-                        result._note("timeouts", f"sample {p // nf}: reward worker stuck preparing the batch")
+                        result._note(kind, f"sample {p // nf}: reward worker {why} preparing the batch")
                     break
                 while pos < n * nf:
                     msg = self._recv(self.cfg.timeout)
                     if msg is None or msg == ("dead",):
                         died = msg is not None
-                        self._kill()
+                        self._kill(wait=1.0 if died else 0.0)
                         self.restarts += 1
                         i, name = pos // nf, self.names[pos % nf]
                         if died:
-                            self._note(result, "errors", name, f"{name} killed the reward worker", i)
+                            self._note(result, "errors", name, f"{name} killed the reward worker ({self._how_it_died()})",
+                                       i)
                         else:
                             self._note(result, "timeouts", name,
                                        f"{name} ran past reward.timeout={self.cfg.timeout:g} s", i)

@@ -20,7 +20,7 @@ from rollwise.config import DataConfig, TaskSpec
 from rollwise.config.schema import DEFAULT_TASKS
 from rollwise.data.tasks import build_items
 from rollwise.rewards import extract_answer, reasoning_gym
-from rollwise.rewards.verifiers import answers_match, gold_answer
+from rollwise.rewards.verifiers import _named_later, answers_match, gold_answer
 from rollwise.types import PromptItem
 
 REASONING = ("Let me solve this step by step.\n"
@@ -64,8 +64,11 @@ def _wrong_forms(gold: str, other: str, task: str) -> dict[str, str]:
             "bare": REASONING + other,
             "The answer is Y": REASONING + f"The answer is {other}",
             "So the answer is Y": REASONING + f"So the answer is {other}",
-            "X taken back for Y": REASONING + f"The answer is {gold}\nNo wait, the answer is {other}",
         }
+        # a take-back is read where its answer is short and does not start like a remark ("the", "in", ...; at most
+        # eight words, the verifiers' docstring): a longer sentence after "the answer is" reads as a remark on it
+        if _named_later(f"No wait, the answer is {other}") is not None:
+            forms["X taken back for Y"] = REASONING + f"The answer is {gold}\nNo wait, the answer is {other}"
         if task in DEFAULT or task == "polynomial_equations":  # not word_sorting's scorer, which reads the start
             forms["The answer is X, Y"] = REASONING + f"The answer is {gold}, {other}"
     return forms
@@ -162,3 +165,28 @@ def test_a_task_whose_own_scorer_gives_wrong_answers_full_credit_is_named():
                     train_size=60, eval_size=10)
     train, evals = build_items(ok, 0)
     assert lenient_scorer_note(train + evals, "reasoning_gym") is None
+
+
+@pytest.mark.parametrize("completion", [
+    "Therefore, the answer is 12.\nI hope this answer is helpful!",
+    "The answer is 12.\nHopefully the answer is clear!",
+    "Therefore, the answer is 12.\nThis answer is based on the information given.",
+    "Therefore, the answer is 12.\nLet me know if the answer is what you were looking for.",
+    "The answer is 12.\nNote: the answer is rounded to the nearest whole number.",
+    "The answer is 12.\nDouble-checking, the answer is the same.",
+    "5 + 7 = 12\nSo the answer is final.",
+    "5 + 7 = 12\nSo the answer is unchanged.",
+    "5 + 7 = 12\nSo the answer is definitely right.",
+    "The answer is 12.\nThat answer is final!",
+    "I think the answer is 12, but let me check: 5 + 7 = 12. Yes.",
+    "**12**",
+    "So, 5 + 7 = 12.",
+    "The answer is: 12",
+])
+def test_a_correct_number_followed_by_a_remark_keeps_full_credit(completion):
+    """Closing remarks that name no answer ("I hope this answer is helpful!") must not take the answer's place."""
+    from rollwise.rewards.verifiers import exact_match
+
+    item = PromptItem(uid="u", task="t", question="What is 5 + 7?", answer="12")
+    assert extract_answer(completion) == "12", extract_answer(completion)
+    assert exact_match(completion, item) == 1.0

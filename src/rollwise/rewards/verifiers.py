@@ -7,8 +7,9 @@ Answer extraction (`extract_answer`), applied in this order:
    a box that is the whole of the tag's contents (``<answer>\\boxed{12}</answer>``) and a ``\\text{...}``
    (``\\textbf``, ``\\mathrm``, ...) around the whole answer are taken off;
 3. else the last non-empty line (or, when it is a sentence with neither a number nor an
-   "answer" prefix, such as "I hope it is correct.", nor an answer named later in it, "So the answer is Paris"
-   but not "I hope the answer is correct.", the last line before it with one), with a
+   "answer" prefix, such as "I hope it is correct.", nor an answer named later in it by "the/my/final answer
+   is" in at most eight words, "No wait, the answer is Rome", but not a remark such as "I hope the answer is
+   correct!" or "Note: the answer is rounded to the nearest whole number.", the last line before it with one), with a
    leading "answer:"/"the answer is" (also as a markdown label, "**Answer**:", "### Answer:") and surrounding
    markdown/LaTeX decoration (``* $ `` and a
    final period) removed. If what is left has no whitespace it is the answer (``-4``, ``3/4``,
@@ -16,7 +17,8 @@ Answer extraction (`extract_answer`), applied in this order:
    not) is the answer as a whole; otherwise the first number after an "answer is" prefix, or the number right after "answer is"
    later in the line (``The answer is 2, since 98 = 2 * 49`` and ``So the answer is 2, since ...`` give ``2``), else
    the last number in it (``The sum is 12.`` gives ``12``), or, when it holds no number, what follows a
-   mid-line "answer is" (``So the answer is Paris.`` gives ``Paris``), else the line itself. `exact_match` also compares the whole line with the gold
+   mid-line "the/my/final answer is" (``So the answer is Paris.`` gives ``Paris``; not a remark such as "I hope the
+   answer is correct."), else the line itself. `exact_match` also compares the whole line with the gold
    answer, so a gold answer with words ("12 apples", "2, 3") matches the same line.
 
 The result is stripped, and thousands separators are removed from a lone number
@@ -128,12 +130,17 @@ def _answer_line(text: str) -> str:
 
 # "So the answer is Paris", "No wait, the answer is Paris": an answer named later in the line (not "I hope the
 # answer is correct.")
-_LATER = re.compile(r"\banswer\s+is\b[\s*_]*[:=]?\s*", re.IGNORECASE)
+_LATER = re.compile(r"\b(?:the|my|final)\s+answer\s+is\b[\s*_]*[:=]?\s*", re.IGNORECASE)
 _CLOSERS = {"correct", "incorrect", "right", "wrong", "clear", "unclear", "helpful", "accurate", "complete", "valid",
             "satisfactory", "useful", "ok", "okay", "fine", "good", "above", "below", "as", "given", "shown",
             # a remark on an answer given earlier ("12 + 5 = 17" and then "The answer is consistent with the check.")
             "reasonable", "consistent", "plausible", "likely", "unlikely", "verified", "confirmed", "checked",
-            "sound", "obvious", "straightforward", "simple", "easy", "not", "still", "indeed", "probably"}
+            "sound", "obvious", "straightforward", "simple", "easy", "not", "still", "indeed", "probably",
+            "final", "unchanged", "definitely", "certainly", "also", "always", "exactly", "just", "now",
+            "based", "rounded", "same", "different"}
+# words that start a remark more often than an answer ("the answer is the same", "... is in ...", "... is what ...")
+_REMARK_STARTS = {"the", "that", "this", "what", "in", "on"}
+_NAMED_WORDS = 8  # a tail longer than this is a sentence about the answer, not the answer
 
 
 def _named_later(line: str) -> str | None:
@@ -142,11 +149,24 @@ def _named_later(line: str) -> str | None:
     found = list(_LATER.finditer(line))
     if not found:
         return None
-    tail = _strip_decoration(line[found[-1].end():])
+    tail = _strip_decoration(line[found[-1].end():].rstrip("!?"))
     words = tail.lower().split()
-    if not words or (words[0] in _CLOSERS and (len(words) == 1 or words[0] != "right")):
+    if not words or len(words) > _NAMED_WORDS or words[0] in _REMARK_STARTS or _remark(words):
         return None
     return tail
+
+
+def _remark(words: list[str]) -> bool:
+    """Whether the words after "the answer is" remark on an answer ("correct", "rounded to ...") rather than name one."""
+    return words[0] in _CLOSERS and (len(words) == 1 or words[0] != "right")
+
+
+def _takes_back(line: str) -> bool:
+    """Whether `line` names an answer again, of any length ("No wait, the answer is THE GOOD REMARKED MRS"), and not
+    only remarks on one ("I hope the answer is correct.")."""
+    found = list(_LATER.finditer(line))
+    words = _strip_decoration(line[found[-1].end():].rstrip("!?")).lower().split() if found else []
+    return bool(words) and not _remark(words)
 
 
 def _line_answer(raw: str) -> str:
@@ -407,15 +427,21 @@ def reasoning_gym(completion: str, item: PromptItem) -> float:
 def _said_as_written(completion: str, gold: str) -> str | None:
     """Without a tag or box: the last line (delimiter lines such as "$$" aside) or the answer line (`_answer_line`:
     the one before a closing "I hope it is correct.") when it is `gold` word for word (whitespace runs aside), with
-    or without an "answer is" before it, surrounding decoration and a final period; else None. Not any earlier line:
-    it may be an answer taken back ("The answer is X" and then "No wait, the answer is Y")."""
+    or without an "answer is" before it, surrounding decoration and a final period; else None. Not any earlier line,
+    nor the answer line when a line after it names an answer again: it may be an answer taken back ("The answer is
+    X" and then "No wait, the answer is Y")."""
     if _last_tag(completion) is not None or _last_boxed(completion) is not None:
         return None
     target = " ".join(gold.split())
     lines = [ln.strip() for ln in completion.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
     if not target or not lines:
         return None
-    for raw in dict.fromkeys([lines[-1], _answer_line(completion).strip()]):
+    candidates = [lines[-1]]
+    answer_line = _answer_line(completion).strip()
+    after = lines[lines.index(answer_line) + 1:] if answer_line in lines else []
+    if not any(_takes_back(ln) for ln in after):  # no later line names an answer again (a take-back, however long)
+        candidates.append(answer_line)
+    for raw in dict.fromkeys(candidates):
         bare = _PREFIX.sub("", raw.strip(_DECORATION)).strip()
         later = _LATER.split(raw)[-1].strip() if _LATER.search(raw) else ""  # "So the answer is -36.0 + 15.0i."
         for cand in (raw, bare, bare.removesuffix(".").rstrip(), _strip_decoration(raw), later,

@@ -441,3 +441,15 @@ def test_carried_samples_continue_under_the_cap_and_temperature_a_resume_sets():
     again = RolloutExecutor(Cutter(), {"a": [1]}, 40, 1.0, partial=True)  # nothing changed: nothing cut
     again.load_state_dict(copy.deepcopy(ex.state_dict()))
     assert [len(q.prefix_ids) for q in again.carried["a"].pending] == [20, 20]
+
+
+def test_a_prompt_first_asked_in_a_later_round_banks_that_request():
+    """DAPO's back-fill asks new prompts in a follow-up round: because of other prompts' rewards, not their own, so
+    their groups are a plain draw and are banked; emptying their bank lost their older responses."""
+    ex = RolloutExecutor(_Scripted(), {"a": [1], "b": [1]}, 4, 1.0, speculative=True)
+    ex.generate([Request("a", 2), Request("b", 2)], first_round=True)  # a: 10, 11 | b: 12, 13
+    ex.generate([Request("a", 2)], first_round=True)  # step 2: a reuses its bank whole
+    ex.generate([Request("b", 2)], first_round=False)  # b back-filled in step 2: reused? no, sampled: 14, 15
+    ex.generate([Request("b", 1)], first_round=False)  # then a top-up of b: 16, not banked
+    assert sorted(o.response_ids[0] for o in ex.bank["b"]) == [14, 15]
+    assert sorted(o.response_ids[0] for o in ex.bank["a"]) == [10, 11]

@@ -128,7 +128,8 @@ class DataConfig(_Section):
                                       "that has no chat template: put in front of the question, a blank line between).")
     use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template. Without one (or "
                                     "with false) a prompt is the question, a newline and data.instruction, with the "
-                                    "tokenizer's own special tokens (such as BOS).")
+                                    "tokenizer's own special tokens (such as BOS); without a template but with true, "
+                                    "data.system_prompt and a blank line come first.")
     max_prompt_length: int = Field(256, gt=0, description="Prompts longer than this (tokens) are dropped and counted.")
 
 

@@ -168,8 +168,8 @@ class RolloutPool:
         if count is None:
             self.restarts += 1
         else:
-            self.restarts += max(0, count - self._ray_restarts[i])
-            self._ray_restarts[i] = max(count, self._ray_restarts[i])
+            self.restarts += max(1, count - self._ray_restarts[i])  # a new process is one restart even if Ray's count lags
+            self._ray_restarts[i] = max(count, self._ray_restarts[i] + 1)
 
     def step_tokens(self) -> int:
         return self._tokens

@@ -39,7 +39,7 @@ class _Group:
     done: list[GenerationOutput] = field(default_factory=list)
     pending: list[GenerationRequest] = field(default_factory=list)
     carried: bool = False  # started in an earlier step
-    # request ids of the step's first round (and of carried requests): the responses speculative reuse banks
+    # request ids of the prompt's first request of a step (carried ones included): the responses speculative reuse banks
     first_ids: set[int] = field(default_factory=set)
 
     @property
@@ -93,6 +93,7 @@ class RolloutExecutor:
         self._step: dict[str, float] = {}
         self._s_per_token = 0.0  # engine seconds per sampled token, last measured (time/spec_saved_s)
         self._banked: set[str] = set()  # uids whose bank entry holds this step's responses
+        self._asked: set[str] = set()  # uids requested so far this step
 
     # ------------------------------------------------------------------ one round
     @property
@@ -120,7 +121,7 @@ class RolloutExecutor:
         groups: dict[str, _Group] = {}
         queue: list[tuple[str, GenerationRequest]] = []  # (owner uid, request), carried first
         if first_round:
-            self._banked = set()
+            self._banked, self._asked = set(), set()
         if first_round and self.carried:
             self.drop_stale()
             for uid, g in self.carried.items():
@@ -186,6 +187,11 @@ class RolloutExecutor:
         caps: list[int] = []  # each reused response's request cap (a Request may set its own)
         fresh: list[tuple[str, GenerationRequest]] = []
         queue: list[tuple[str, GenerationRequest]] = []
+        # a prompt's first request of the step (in the first round, or a back-fill prompt new in a later one) is
+        # an unselected draw the bank may keep; a later request of the same prompt (a top-up, growth, a stage) is
+        # asked for because of its own first rewards, and is not banked
+        firsts = {r.uid for r in requests if reuse or r.uid not in self._asked}
+        self._asked.update(r.uid for r in requests)
         for r in requests:
             g = groups.setdefault(r.uid, _Group(r.uid))
             g.carried = False  # requested again this step: it is this step's group
@@ -215,8 +221,8 @@ class RolloutExecutor:
                 self._step[k] = self._step.get(k, 0.0) + v - before.get(k, 0.0)
         queue += fresh
         out = [(uid, q if q.request_id is not None else replace(q, request_id=self._new_id())) for uid, q in queue]
-        if reuse:  # a first round's requests: what the bank may keep of them (_deliver)
-            for uid, q in out:
+        for uid, q in out:  # what the bank may keep of them (_deliver)
+            if uid in firsts:
                 groups[uid].first_ids.add(q.request_id)
         return out
 

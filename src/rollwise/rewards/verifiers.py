@@ -272,7 +272,7 @@ def multiline_answers_note(items: list[PromptItem], instruction: str, reward: st
 def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8) -> str | None:
     """A warning naming the reasoning-gym tasks whose own scorer gives a wrong answer full credit (under
     `reward` reasoning_gym, which uses it): of up to `per_task` items of a task, each is scored with the gold
-    answer of the next item whose gold differs, and a task where every such wrong answer scores 1 is named
+    answer of another of them whose gold differs, and a task where every such wrong answer scores 1 is named
     (reasoning-gym 0.1.25's game_of_life_halting compares bool(answer) with bool(gold), so any answer scores 1
     and its groups teach nothing; puzzle24's checks that an expression makes 24, not that it uses the question's
     numbers)."""

@@ -168,8 +168,10 @@ class RolloutPool:
         if count is None:
             self.restarts += 1
         else:
-            self.restarts += max(1, count - self._ray_restarts[i])  # a new process is one restart even if Ray's count lags
-            self._ray_restarts[i] = max(count, self._ray_restarts[i] + 1)
+            # Ray counts a restart before the new process answers, so its count never lags a new incarnation; it may
+            # be ahead (a death right after an answer, counted now, whose process answers next time: then 0)
+            self.restarts += max(0, count - self._ray_restarts[i])
+            self._ray_restarts[i] = max(count, self._ray_restarts[i])
 
     def step_tokens(self) -> int:
         return self._tokens

@@ -188,7 +188,7 @@ def run_scale(run_dir: str | Path) -> dict[str, int]:
 LR_CRITICAL = 2.71
 # 2 * log-likelihood drop that bounds the 95% profile-likelihood interval of u (chi2(1) at 95%)
 LR_PROFILE = 3.84
-# the shares of unsolvable prompts the profile is computed at (the interval's ends are interpolated between them)
+# the shares of unsolvable prompts the profile is computed at (with its peak; the ends are found between them)
 PROFILE_GRID = tuple(round(0.05 * i, 2) for i in range(19))  # 0 .. 0.9
 
 
@@ -268,31 +268,50 @@ def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: flo
                         growth: bool) -> None:
     """Fill best's 95% profile-likelihood interval of u: the shares u whose best fit (every other
     parameter refitted, growth as in `best`) is within LR_PROFILE / 2 of the best log-likelihood of
-    that family (a growing spread's fits, which the test may have turned down, have a parameter more), the
-    ends interpolated linearly between PROFILE_GRID's points, and the range of skill0 and of the spread
-    over the grid points inside and the two ends. The likelihood-ratio test picks one branch; the interval says how far the
+    that family (a growing spread's fits, which the test may have turned down, have a parameter more),
+    and the range of skill0 and of the spread over the fits inside it. The profile is computed at
+    PROFILE_GRID's points and at its peak (the fit with u free); each end is found between the last
+    point inside and the first outside, on the signed root of the likelihood-ratio drop (linear in u
+    where the profile is quadratic), refined with fits at the estimate: a run of a thousand groups has a
+    profile narrower than the grid's step, where a linear interpolation of the drop put the ends inside
+    (or at the peak itself). The likelihood-ratio test picks one branch; the interval says how far the
     data let u (and with it skill0) move, which the SEs, conditional on u, do not."""
-    fits = [_fit(visits, discrimination, u, min_groups, growth) for u in PROFILE_GRID]
-    lls = [f.loglik for f in fits]
-    top = max(_fit(visits, discrimination, None, min_groups, growth).loglik, best.loglik, *lls)
-    inside = [2.0 * (top - ll) <= LR_PROFILE for ll in lls]
-    if not any(inside):  # the best share lies between grid points and both neighbours fall outside
-        i = int(np.argmax(lls))
-        inside[i] = True
-    idx = [i for i, ok in enumerate(inside) if ok]
+    free = _fit(visits, discrimination, None, min_groups, growth)
+    fits = {float(u): _fit(visits, discrimination, u, min_groups, growth) for u in PROFILE_GRID}
+    fits.setdefault(free.unsolvable, free)
+    top = max(best.loglik, *(f.loglik for f in fits.values()))
 
-    def edge(i: int, j: int) -> float:  # where the profile crosses the cut between grid points i (in) and j (out)
-        d_i, d_j = 2.0 * (top - lls[i]) - LR_PROFILE, 2.0 * (top - lls[j]) - LR_PROFILE
-        t = d_i / (d_i - d_j) if d_j != d_i else 0.0
-        return float(PROFILE_GRID[i] + min(max(t, 0.0), 1.0) * (PROFILE_GRID[j] - PROFILE_GRID[i]))
+    def drop(u: float) -> float:
+        return 2.0 * (top - fits[u].loglik)
 
-    lo = PROFILE_GRID[0] if idx[0] == 0 else edge(idx[0], idx[0] - 1)
-    hi = PROFILE_GRID[-1] if idx[-1] == len(PROFILE_GRID) - 1 else edge(idx[-1], idx[-1] + 1)
-    lo, hi = min(lo, best.unsolvable), max(hi, best.unsolvable)
+    peak = min(fits, key=drop)
+
+    def end(side: int) -> float:  # where the profile crosses LR_PROFILE beyond the peak on this side (-1, +1)
+        for _ in range(4):
+            us = sorted(u for u in fits if (u - peak) * side >= 0)[:: side]  # from the peak outwards
+            out = next((k for k, u in enumerate(us) if drop(u) > LR_PROFILE), None)
+            if out is None:  # inside to the grid's end
+                return us[-1]
+            if out == 0:  # the peak itself is below the best fit by more than the cut: no interval beyond it
+                return peak
+            i, j = us[out - 1], us[out]
+            r_i, r_j, r_cut = math.sqrt(max(drop(i), 0.0)), math.sqrt(drop(j)), math.sqrt(LR_PROFILE)
+            t = (r_cut - r_i) / (r_j - r_i) if r_j > r_i else 0.0
+            u = float(i + min(max(t, 0.0), 1.0) * (j - i))
+            if u in fits or abs(j - i) < 1e-4:
+                return u
+            fits[u] = _fit(visits, discrimination, u, min_groups, growth)
+            if abs(math.sqrt(max(drop(u), 0.0)) - r_cut) < 0.05:
+                return u
+        return u
+
+    lo, hi = min(end(-1), best.unsolvable), max(end(+1), best.unsolvable)
     best.unsolvable_interval = (lo, hi)
-    ends = [_fit(visits, discrimination, u, min_groups, growth) for u in (lo, hi) if u not in PROFILE_GRID]
-    k0s = [fits[i].skill0 for i in idx] + [f.skill0 for f in ends] + [best.skill0]
-    sps = [fits[i].spread for i in idx] + [f.spread for f in ends] + [best.spread]
+    for u in (lo, hi):
+        if u not in fits:
+            fits[u] = _fit(visits, discrimination, u, min_groups, growth)
+    inside = [f for u, f in fits.items() if lo <= u <= hi] + [best]
+    k0s, sps = [f.skill0 for f in inside], [f.spread for f in inside]
     best.skill0_range, best.spread_range = (min(k0s), max(k0s)), (min(sps), max(sps))
 
 

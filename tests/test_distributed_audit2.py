@@ -31,7 +31,8 @@ def test_a_ray_run_whose_actors_cannot_all_get_a_gpu_stops_with_a_message(monkey
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.setattr(async_loop, "require_ray", lambda: None)
     monkeypatch.setattr(async_loop, "init_ray", lambda address, num_cpus=None: True)
-    monkeypatch.setattr(async_loop, "setup", lambda cfg, resume=None, with_trainer=True: types.SimpleNamespace(cfg=cfg))
+    monkeypatch.setattr(async_loop, "setup", lambda cfg, resume=None, with_trainer=True, log_start=True:
+                        types.SimpleNamespace(cfg=cfg))
     with pytest.raises(ConfigError, match=r"needs 2 GPU\(s\) on this machine, Ray found 1.*backend=local"):
         async_loop.train_async(_gpu_cfg(2, 0.5))
     # what fits is let through; fractions pack as Ray packs them (three workers at 0.4 need two GPUs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -126,6 +127,8 @@ class RolloutPool:
             self.workers = [RolloutWorker(replace(s, set_threads=False), store) for s in specs]
             self._incarnations = [w.incarnation for w in self.workers]
         self._ray_restarts = [0] * len(self.workers)  # Ray's count per worker when last read (new actors: 0)
+        # the async loop's checkpoint (state_dict) may read incarnations while its producer thread generates
+        self._count_lock = threading.Lock()
 
     # ------------------------------------------------------------------ the executor's interface
     def generate(self, requests: list[Request], first_round: bool = True) -> RoundOutput:
@@ -161,17 +164,18 @@ class RolloutPool:
         since it last answered (each death within a retried call starts another process, and only the
         last one answers), so Ray's own count says how many (those it has made since it was last read:
         a restart right after an answer is counted once, when read); without that count, one."""
-        if incarnation == self._incarnations[i]:
-            return
-        self._incarnations[i] = incarnation
-        count = ray_restarts(self.workers[i])
-        if count is None:
-            self.restarts += 1
-        else:
-            # Ray counts a restart before the new process answers, so its count never lags a new incarnation; it may
-            # be ahead (a death right after an answer, counted now, whose process answers next time: then 0)
-            self.restarts += max(0, count - self._ray_restarts[i])
-            self._ray_restarts[i] = max(count, self._ray_restarts[i])
+        with self._count_lock:
+            if incarnation == self._incarnations[i]:
+                return
+            self._incarnations[i] = incarnation
+            count = ray_restarts(self.workers[i])
+            if count is None:
+                self.restarts += 1
+            else:
+                # Ray counts a restart before the new process answers, so its count never lags a new incarnation; it may
+                # be ahead (a death right after an answer, counted now, whose process answers next time: then 0)
+                self.restarts += max(0, count - self._ray_restarts[i])
+                self._ray_restarts[i] = max(count, self._ray_restarts[i])
 
     def step_tokens(self) -> int:
         return self._tokens

@@ -7,8 +7,11 @@
 
 Budget: `budget_rollouts` per step, or `budget_tokens` per step converted to rollouts with a
 running mean response length; the tokens over- or under-spent are carried to the next step,
-so the budget holds over the run. Multi-round strategies treat the budget as their target:
-DAPO may generate more than it (every rollout is counted), AR3PO may spend less.
+so the budget holds over the run (the carry is capped at one step's budget either way: what a step
+spends beyond two budgets is forgiven, not repaid). Multi-round strategies treat the budget as their
+target: DAPO may generate more than it (every rollout is counted), AR3PO may spend less. Each round's
+allocation is planned on what the step has left; a DAPO back-fill round gets at least a group of
+num_generations for each of its prompts, its documented over-sampling, whatever the allocator.
 """
 
 from __future__ import annotations
@@ -189,16 +192,19 @@ class ComposedPlanner:
                             "rollout.num_generations")
         # groups an allocator carries from an earlier step (screen_followup=next_step) come first and are
         # charged to the budget; the selector's prompts are planned on what they leave
-        first = self._request([u for u in self.allocator.carried(budget) if u in self.index], st)
+        first = self._request([u for u in self.allocator.carried(budget) if u in self.index], st, budget)
         left = budget - st.used_rollouts
         k = self.allocator.prompts_for(left) if left > 0 else 0
         uids = self.selector.select(self, k, st) if k > 0 else []
-        return first + self._request(uids, st)
+        return first + self._request(uids, st, left)
 
-    def _request(self, uids: list[str], st: StepState) -> list[Request]:
+    def _request(self, uids: list[str], st: StepState, budget: int) -> list[Request]:
+        """Requests for `uids`, the allocator sharing `budget` rollouts among them: what the step has left
+        for them, not the whole step's budget (that was given again to every back-fill round, so an
+        allocator that spreads its budget, knapsack or rank, planned each round as if nothing were spent)."""
         if not uids:
             return []
-        counts = self.allocator.allocate(self, uids, st.budget, st)
+        counts = self.allocator.allocate(self, uids, budget, st)
         idx = self.indices(uids)
         seen = self.estimator.count(idx) > 0
         means = self.estimator.mean(idx)
@@ -236,7 +242,11 @@ class ComposedPlanner:
             st.groups[r.uid].requested += r.n
         if extra:
             return extra
-        return self._request(self.selector.more(self, st), st)
+        backfill = self.selector.more(self, st)
+        # a back-fill round (DAPO's filter selector) gets what the step has left, and at least a group of
+        # num_generations for each of its prompts: DAPO's own over-sampling (what the fixed allocator spends
+        # on them, counted in discarded_rollouts when not trained), not the whole budget again each round
+        return self._request(backfill, st, max(st.budget - st.used_rollouts, self.n * len(backfill)))
 
     def adopt(self, results: list[GroupResult]) -> None:
         """Carried-over groups completed this step (partial rollouts): recorded like this step's own and

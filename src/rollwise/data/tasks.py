@@ -19,7 +19,8 @@ its place in the file ("line 3"). Rows with a missing or empty question or answe
 (counted in a warning). Valid rows are shuffled by seed; the
 last ones go to eval (this task's share of `eval_size`, at most 20% of the rows), the first
 ones to training (its share of `train_size`, at most what is left: rows are never repeated).
-Training rows whose question is held out are dropped (the next rows taken instead; said in a warning). A prompt cell may be a conversation (a
+Training rows whose question is held out are dropped (the next rows taken instead; said in a warning; a
+file task left with no training row is an error). A compressed file (.gz, ...) is refused, with how to unpack it. A prompt cell may be a conversation (a
 list of {role, content} messages): its last user message is the question. `entry` is {"question", "answer"}, so
 the reasoning_gym reward scores file items with `exact_match`.
 
@@ -62,6 +63,10 @@ _FORMATS = (".jsonl", ".json", ".parquet", ".csv")  # JSON and CSV read as text,
 _FORMAT_HINT = {".jsonl": "one JSON object per line", ".json": "a JSON list of objects, or one object per line",
                 ".csv": "a header row, then one row per item; quote cells that hold commas",
                 ".parquet": "a Parquet table"}
+_COMPRESSED = {".gz": "gunzip -c", ".gzip": "gunzip -c", ".bz2": "bunzip2 -c", ".xz": "unxz -c", ".zst": "zstd -dc",
+               ".zip": "unzip -p", ".tgz": "tar -xOzf", ".tar": "tar -xOf"}  # not read; each: how to unpack it to stdout
+_MAGIC = {rb"\x1f\x8b": ".gz", rb"BZh[1-9]1AY&SY": ".bz2", rb"\xfd7zXZ\x00": ".xz", rb"\x28\xb5\x2f\xfd": ".zst",
+          rb"PK\x03\x04": ".zip"}  # a compressed file's first bytes
 _LIST_HINT = "python -c \"import reasoning_gym.factory as f; print(sorted(f.DATASETS))\""
 
 
@@ -275,9 +280,11 @@ def _rg_eval(task: TaskSpec, label: str, n: int, seed: int, seen: set[str]) -> l
 
 def _cell(value: Any) -> str | None:
     """A cell as text, None when missing or blank. JSON and CSV cells arrive as the text written in the file;
-    a Parquet float that holds a whole number is written without its ".0"."""
+    a Parquet float that holds a whole number is written without its ".0", a boolean as "true" or "false"."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
+    if isinstance(value, bool):  # JSON's true as written, not Python's "True" (a Parquet boolean likewise)
+        return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value).strip()
@@ -397,11 +404,29 @@ def _parquet_records(task: TaskSpec, path: Path) -> _Records:
     return [(f"row {i + 1}", r) for i, r in enumerate(table.to_pylist())]
 
 
+def _compressed(task: TaskSpec, path: Path, kind: str) -> ConfigError:
+    """A compressed file (by its name or, under a plain name, by its first bytes): said, with how to unpack it."""
+    named = path.suffix.lower() == kind
+    out = path.with_suffix("") if named and path.with_suffix("").suffix.lower() in _FORMATS else None
+    out = out or path.with_name(f"{path.stem if named else path.name.removesuffix(path.suffix)}-unpacked"
+                                f"{path.suffix if not named else '.jsonl'}")
+    how = "" if named else f", though its name ends in {path.suffix}"
+    return ConfigError(f"data.tasks['{task.name}']: '{path}' is compressed ({kind}{how}); rollwise reads only files that "
+                       f"are not ({', '.join(_FORMATS)}): unpack it (`{_COMPRESSED[kind]} '{path}' > '{out}'`) and "
+                       "point data.tasks[...].path at the unpacked file")
+
+
 def _read_records(task: TaskSpec, path: Path) -> tuple[list[str], _Records]:
     """(column names, rows) of a file task's file."""
     if path.stat().st_size == 0:
         raise _no_rows(task, path, "the file is empty")
     suffix = path.suffix.lower()
+    if suffix != ".parquet":  # a compressed file under a plain name (data.jsonl holding gzip bytes)
+        with path.open("rb") as f:
+            head = f.read(16)
+        kind = next((k for magic, k in _MAGIC.items() if re.match(magic, head)), None)
+        if kind is not None:
+            raise _compressed(task, path, kind)
     if suffix == ".csv":
         records = _csv_records(task, path)
     elif suffix == ".parquet":
@@ -417,6 +442,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
     """(row number, question, answer) of the valid rows of a file task; the row number counts the file's
     rows from 0 (blank lines and a CSV header not counted)."""
     path = Path(task.path or "")
+    if path.suffix.lower() in _COMPRESSED:
+        raise _compressed(task, path, path.suffix.lower())
     if path.suffix.lower() not in _FORMATS:
         raise ConfigError(f"data.tasks['{task.name}']: '{path}' must end in {', '.join(_FORMATS)}")
     if not path.is_file():
@@ -432,6 +459,8 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
     rows, skipped, dropped_turns, where = [], 0, 0, []
     for i, (place, record) in enumerate(records):
         q, a = record.get(task.prompt_column), record.get(task.answer_column)
+        if isinstance(q, list) and not q:  # an empty conversation: no question, skipped like an empty cell
+            q = None
         if isinstance(q, list) and q and all(isinstance(m, dict) and "content" in m for m in q):
             users = [m for m in q if m.get("role") == "user"]  # a conversational prompt (TRL's format)
             dropped_turns += len(q) > 1
@@ -523,6 +552,13 @@ def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[Prom
         if task.path:
             rows = file_parts[k][0]
             kept = [it for it in rows if it.question not in seen][: n_train[k]]
+            if rows and n_train[k] and not kept:  # a run never starts without the task's rows (nor on no rows at all)
+                raise ConfigError(
+                    f"data.tasks['{labels[k]}']: no training rows left in '{task.path}': each of its "
+                    f"{len(rows)} rows not held out asks a question that is held out ({len({it.question for it in rows})}"
+                    " distinct questions among them; a question repeated in the file, or asked by another task's "
+                    "held-out items), and training never sees a held-out question; give the rows distinct questions, "
+                    "or set data.eval_size=0 to hold nothing out")
             if len(kept) < min(n_train[k], len(rows)):
                 log.warning("task '%s': %d training rows instead of %d: %d rows of the file ask a held-out question "
                             "(a question repeated in the file, or asked by another task's held-out items) and are "

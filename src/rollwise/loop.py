@@ -5,6 +5,7 @@ Read `train()` in one sitting; everything it calls is a small piece with its own
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import sys
@@ -325,6 +326,7 @@ class Run:
     totals: dict[str, int] = field(default_factory=lambda: {"rollouts": 0, "tokens": 0})
     best: BestTracker = field(default_factory=BestTracker)  # best eval/accuracy so far (save_best, early stopping)
     last_eval: tuple[int, dict[str, float]] | None = None  # (step, metrics) of the latest evaluation
+    progress: Any = None  # the synchronous loop's progress bar (closed by close_on_failure)
     started: float = 0.0  # time.perf_counter() when setup began (time/setup_s)
     dropped_prompts: int = 0  # training prompts left out as longer than data.max_prompt_length
 
@@ -887,12 +889,31 @@ def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
     return run.result
 
 
+def close_on_failure(run: Run) -> None:
+    """A run stopped by an error or Ctrl-C: its progress bar, TensorBoard's writer thread and the reward worker stop,
+    so a caller that goes on (a notebook, a script that catches the error) keeps none of them running (and a
+    terminal gets its cursor back). Its checkpoints stay."""
+    for part in ("progress", "tracker", "runner"):
+        with contextlib.suppress(Exception):  # the error that stopped the run is the one raised, not this one's
+            getattr(run, part).close()
+
+
 def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunResult:
     if cfg.distributed.async_training or cfg.distributed.backend == "ray":
         from rollwise.distributed.async_loop import train_async
 
         return train_async(cfg, resume, quiet)
-    run = setup(cfg, resume, log_start=False)  # logged below: the engine's state and first weights are part of the start
+    run = setup(cfg, resume, log_start=False)  # logged in train_sync: the engine's state and first weights are part of the start
+    try:
+        return train_sync(run, quiet)
+    except BaseException:
+        close_on_failure(run)
+        raise
+
+
+def train_sync(run: Run, quiet: bool) -> RunResult:
+    """The synchronous loop, top to bottom, on a run `setup` made."""
+    cfg = run.cfg
     ro = cfg.rollout
     engine = run.engine
     executor = RolloutExecutor(engine, run.ids_by_uid, ro.max_completion_length, ro.temperature,
@@ -910,7 +931,7 @@ def train(cfg: Config, resume: str | None = None, quiet: bool = False) -> RunRes
         run.result.eval_before = run_eval(run, 0)
 
     # ---- the loop: plan -> generate -> reward -> advantages -> update -> new weights to the engine
-    progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
+    progress = run.progress = StepProgress(cfg.train.max_steps, run.start_step, enabled=cfg.run.progress and not quiet)
     last_step = run.start_step
     for step in steps_to_train(run, progress):
         t0 = time.perf_counter()

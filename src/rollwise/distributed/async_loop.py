@@ -39,6 +39,7 @@ from rollwise.loop import (
     Run,
     RunResult,
     budget_span,
+    close_on_failure,
     final_eval,
     final_eval_due,
     finish,
@@ -215,6 +216,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
     run = setup(cfg, resume, with_trainer=d.backend != "ray", log_start=False)
     started_ray, learner, pool, gate, producer, progress = False, None, None, None, None, None
     store: Any = None
+    failed = True  # until training and its final evaluation are over
     try:
         if d.backend == "ray":
             need = d.rollout_workers * d.worker_threads + (cfg.run.torch_threads or 1)
@@ -296,6 +298,7 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
         if final_eval_due(run, last_step):  # while the trainer is still there to save a best
             load_eval_weights()
             run.result.eval_after = final_eval(run, last_step, save_best)
+        failed = False
     finally:
         if gate is not None:
             gate.stop()
@@ -312,4 +315,6 @@ def train_async(cfg: Config, resume: str | None = None, quiet: bool = False) -> 
             import ray
 
             ray.shutdown()
+        if failed:  # Ctrl-C or an error, the producer stopped: TensorBoard's writer thread and the reward worker too
+            close_on_failure(run)
     return finish(run, last_step, quiet)

@@ -92,7 +92,8 @@ def test_each_format_trains_with_custom_columns(tiny_model_dir, tmp_path, suffix
     assert "wanted 6 held-out rows, keeping 4 (at most 20% of the file's 20 rows" in caplog.text
     evaluated = next(r for r in lines if "data/eval_items" in r)["data/eval_items"]
     dropped = sum(r.get("data/dropped_long_prompts", 0) for r in lines)
-    held = "1 of 4 held-out items are longer than data.max_prompt_length" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    held = "1 of 4 held-out items are longer than data.max_prompt_length" in err
     assert dropped + held == 1 and evaluated == 4 - held
     uids = {g[0] for r in lines if "rollout/groups" in r for g in r["rollout/groups"]}
     assert uids and all(u.startswith("mine:train:") for u in uids)
@@ -226,3 +227,16 @@ def test_a_compressed_file_says_to_unpack_it(tmp_path, name):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_training_prompts_left_out_as_too_long_are_said(tiny_model_dir, tmp_path, capsys):
+    """A held-out item left out as too long was said; a training prompt only counted in a metric."""
+    data = tmp_path / "d.jsonl"
+    rows = _rows()
+    for i in range(8, 12):
+        rows[i]["problem"] = "y" * 3000
+    _write(data, rows)
+    task = f"{{name: mine, path: '{data}', prompt_column: problem, answer_column: solution}}"
+    assert main(["train", *_args(tiny_model_dir, tmp_path / "runs", "long", task, extra=("data.eval_size=0",))]) == 0
+    err = capsys.readouterr().err
+    assert "5 of 20 training prompts are longer than data.max_prompt_length=200 tokens" in err, err

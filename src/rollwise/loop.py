@@ -416,11 +416,16 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True, log
         if context:
             print(f"rollwise: warning: {context}", file=sys.stderr)
         train_ids, dropped = encode_prompts(train_items, tokenizer, cfg.data)
-        ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in set(dropped)}
+        too_long = set(dropped)
+        ids_by_uid = {it.uid: ids for it, ids in zip(train_items, train_ids) if it.uid not in too_long}
         if not ids_by_uid:
             raise ConfigError(f"no training prompts left: all {len(train_items)} are longer than "
                               f"data.max_prompt_length={cfg.data.max_prompt_length} tokens (chat template included); "
                               "raise data.max_prompt_length or check data.tasks")
+        if dropped:  # said, as the held-out items left out are (data/dropped_long_prompts logs the count too)
+            print(f"rollwise: warning: {len(dropped)} of {len(train_items)} training prompts are longer than "
+                  f"data.max_prompt_length={cfg.data.max_prompt_length} tokens (chat template included) and are left "
+                  "out of training; raise data.max_prompt_length to keep them", file=sys.stderr)
     except BaseException:
         runner.close()
         raise
@@ -435,7 +440,8 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True, log
     engine = build_engine(cfg, model, eos_ids, tokenizer.pad_token_id, cfg.run.seed, path)
 
     eval_ids, eval_dropped = encode_prompts(eval_items, tokenizer, cfg.data)
-    eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in set(eval_dropped)]
+    eval_too_long = set(eval_dropped)
+    eval_keep = [i for i, it in enumerate(eval_items) if it.uid not in eval_too_long]
     if eval_dropped:  # as `rollwise eval` says it: eval/accuracy is over fewer items than data.eval_size
         none = "; none is left, so the run evaluates nothing" if not eval_keep else ""
         print(f"rollwise: warning: {len(eval_dropped)} of {len(eval_items)} held-out items are longer than "

@@ -1,5 +1,5 @@
 """Bad input met through the real command line: each case a message and an exit status, never a traceback
-or a wrong pointer (src/rollwise/cli.py, src/rollwise/config.py)."""
+or a wrong pointer (src/rollwise/cli.py, src/rollwise/config/)."""
 
 from __future__ import annotations
 

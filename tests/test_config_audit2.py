@@ -1,4 +1,4 @@
-"""Config defects found by a second audit of src/rollwise/config.py: settings accepted that fail only after the
+"""Config defects found by a second audit of src/rollwise/config/: settings accepted that fail only after the
 model has loaded, bounds that let a value crash mid-run, override text that cannot be given, a YAML file
 refused for a section whose keys are all commented out, and a setting that another one leaves idle."""
 

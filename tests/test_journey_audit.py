@@ -1,5 +1,5 @@
 """A new user's journey through the README's workflows: what the command line said that was wrong or missing
-(src/rollwise/cli.py, src/rollwise/config.py)."""
+(src/rollwise/cli.py, src/rollwise/config/)."""
 
 from __future__ import annotations
 

@@ -237,10 +237,10 @@ class RolloutExecutor:
             g.done.sort(key=lambda o: -1 if o.request_id is None else o.request_id)
             (out.adopted if g.carried else out.groups)[uid] = g.done
             self.totals["delivered"] += len(g.done)
-            if self.speculative:  # the first round's responses only (reused whole ones included, request_id None):
-                # a follow-up round (top-ups, growth, stages, back-fill) is asked for because of the first round's
-                # rewards, so a bank with its responses held more of the outcome that asked for it (stages that
-                # stop at the first correct response banked a correct one in every group that found one)
+            if self.speculative:  # a prompt's first request of the step only (reused whole ones included): a later
+                # request for the same prompt (top-ups, growth, stages) is asked for because of its first rewards, so
+                # a bank with its responses held more of the outcome that asked for it (stages that stop at the first
+                # correct response banked a correct one in every group that found one)
                 kept = [o for o in g.done if o.response_ids and (o.request_id is None or o.request_id in g.first_ids)]
                 self.bank[uid] = self.bank[uid] + kept if uid in self._banked else kept
                 self._banked.add(uid)

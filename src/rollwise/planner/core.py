@@ -10,8 +10,8 @@ running mean response length; the tokens over- or under-spent are carried to the
 so the budget holds over the run (the carry is capped at one step's budget either way: what a step
 spends beyond two budgets is forgiven, not repaid). Multi-round strategies treat the budget as their
 target: DAPO may generate more than it (every rollout is counted), AR3PO may spend less. Each round's
-allocation is planned on what the step has left; a DAPO back-fill round gets at least a group of
-num_generations for each of its prompts, its documented over-sampling, whatever the allocator.
+allocation is planned on what the step has left; a DAPO back-fill round on at least num_generations x
+its prompts (its documented over-sampling), which the allocator divides among them.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ The functions run in one worker process (multiprocessing "spawn": the trainer ha
 threads, so it must not fork). A whole batch goes to the worker in one message; the worker
 answers after every (sample, function) call. A call that raises, returns NaN/None/a
 non-number, or runs past `RewardConfig.timeout` scores 0 and is counted; on a timeout the
-worker is killed and restarted and the batch continues after the stuck call. Nothing a
-reward function does stops the run.
+worker is killed and restarted and the batch continues after the stuck call; a call that kills the
+worker (a crash, os._exit, the out-of-memory killer) scores 0 and the worker is restarted. A function
+failing 64 calls in a row, or a worker that cannot be restarted, stops the run (its last checkpoint
+stays).
 """
 
 from __future__ import annotations

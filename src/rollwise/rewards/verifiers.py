@@ -133,7 +133,8 @@ def _answer_line(text: str) -> str:
 _LATER = re.compile(r"\b(?:the|my|final)\s+answer\s+is\b[\s*_]*[:=]?\s*", re.IGNORECASE)
 _CLOSERS = {"correct", "incorrect", "right", "wrong", "clear", "unclear", "helpful", "accurate", "complete", "valid",
             "satisfactory", "useful", "ok", "okay", "fine", "good", "above", "below", "as", "given", "shown",
-            # a remark on an answer given earlier ("12 + 5 = 17" and then "The answer is consistent with the check.")
+            # a remark on an answer given earlier, mid-line ("12 + 5 = 17" and then "So the answer is consistent with
+            # the check."; a line that starts "The answer is" is the answer line whatever follows)
             "reasonable", "consistent", "plausible", "likely", "unlikely", "verified", "confirmed", "checked",
             "sound", "obvious", "straightforward", "simple", "easy", "not", "still", "indeed", "probably",
             "final", "unchanged", "definitely", "certainly", "also", "always", "exactly", "just", "now",

@@ -275,3 +275,13 @@ def test_runs_left_out_of_the_pairing_are_named_even_when_no_pair_is_left(tmp_pa
     # a run that never evaluated is named too
     runs.append(_cmp_run(tmp_path / "a2", "adaptive", 2, 60, 0.1, evals=()))
     assert lines[1:] + [f"  {runs[4]}: no evaluation; not paired"] == paired_by_seed(runs)[1:]
+
+
+def test_an_unfinished_first_run_is_no_target_to_reach(tmp_path):
+    """The first run of a table killed at step 2 of 4: its step-2 accuracy was the target the others' tokens were
+    counted to, and its half-spent tokens the denominator."""
+    a = _cmp_run(tmp_path / "a", "adaptive", 2, 50, 0.30, steps=2, evals=(0, 2), checkpoint=2)  # gained: 20% -> 30%
+    u = _cmp_run(tmp_path / "u", "uniform", 2, 100, 0.50, evals=(0, 2, 4))
+    rows = compare_table([a, u])
+    assert any("no tokens-to-reach" in ln and "did not finish (step 2 of 4" in ln for ln in rows), rows
+    assert rows[3].split("|")[7].strip() == "-", rows[3]

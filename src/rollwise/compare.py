@@ -94,6 +94,9 @@ def compare_table(run_dirs: list[Path]) -> list[str]:
     curves = [curve(d) for d in run_dirs]
     base = curves[0]
     target, why = reach_target(base["points"])
+    base_where = unfinished(run_dirs[0])
+    if base_where and target is not None:  # its last evaluation is no final accuracy to reach
+        target, why = None, f"did not finish ({base_where})"
     held_out = [held_out_items(d) for d in run_dirs]
     other_items = False
     rows = ["| run | planner | steps | held-out accuracy, first -> last | rollout tokens | tokens / first run's "

@@ -177,7 +177,7 @@ def check_eval_context(path: str, longest_prompt: int, max_new: int) -> None:
     warning for other models, which generate past their trained context off their training."""
     from transformers import AutoConfig
 
-    from rollwise.engine.factory import context_length, learned_position_embeddings
+    from rollwise.engine.factory import context_length, refuse_or_warn
 
     model_config = AutoConfig.from_pretrained(path, local_files_only=Path(path).exists())
     found = context_length(model_config)
@@ -188,10 +188,9 @@ def check_eval_context(path: str, longest_prompt: int, max_new: int) -> None:
                f"eval.max_completion_length, else rollout.max_completion_length) = {longest_prompt + max_new} tokens "
                f"exceeds the model's context length ({limit}, its config's {name}); lower eval.max_completion_length "
                f"or data.max_prompt_length (longer prompts are left out) so that they add up to at most {limit}")
-    if learned_position_embeddings(model_config):
-        raise ConfigError(f"{problem} (this model's positions are a learned table: longer sequences cannot be "
-                          "generated)")
-    print(f"rollwise: warning: {problem} (past it this model generates off its training)", file=sys.stderr)
+    warning = refuse_or_warn(model_config, problem)
+    if warning:
+        print(f"rollwise: warning: {warning}", file=sys.stderr)
 
 
 def run_eval_command(args: argparse.Namespace) -> int:

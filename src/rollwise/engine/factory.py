@@ -91,7 +91,13 @@ def check_context_length(model_config: Any, cfg: Config) -> str | None:
     """At setup: ConfigError when data.max_prompt_length plus the most new tokens asked for does not fit a model
     with learned position embeddings (it would fail mid-run); the message as a warning for other models (they
     generate past their trained context, off their training); None when it fits."""
-    problem = context_length_problem(model_config, cfg.data.max_prompt_length, max_new_tokens(cfg))
+    return refuse_or_warn(model_config, context_length_problem(model_config, cfg.data.max_prompt_length,
+                                                               max_new_tokens(cfg)))
+
+
+def refuse_or_warn(model_config: Any, problem: str | None) -> str | None:
+    """A context-length `problem` as a ConfigError for a model with learned positions (longer sequences fail
+    mid-run), as the warning to print for other models (they generate past their trained context), None without."""
     if problem is not None and learned_position_embeddings(model_config):
         raise ConfigError(f"{problem} (this model's positions are a learned table: longer sequences fail mid-run)")
     if problem is not None:

@@ -110,11 +110,16 @@ def _strip_decoration(s: str) -> str:
     return s[:-1].strip(_DECORATION) if s.endswith(".") else s
 
 
+def _content_lines(text: str) -> list[str]:
+    """The lines of `text` that can hold an answer: not empty, nor delimiters alone (the "\\]", "$$" or "```"
+    closing a block)."""
+    return [ln for ln in text.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
+
+
 def _answer_line(text: str) -> str:
     """The last non-empty line; when it is a sentence with no number and no "answer" prefix (a closing
     "I hope it is correct."), the last line before it that has one of them."""
-    # a line of delimiters alone (the "\\]", "$$" or "```" closing a block) holds no answer
-    lines = [ln for ln in text.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
+    lines = _content_lines(text)
     if not lines:
         return ""
     last = lines[-1]
@@ -144,13 +149,17 @@ _REMARK_STARTS = {"the", "that", "this", "what", "in", "on"}
 _NAMED_WORDS = 8  # a tail longer than this is a sentence about the answer, not the answer
 
 
+def _later_tail(line: str) -> str:
+    """What follows the last "the/my/final answer is" in `line`, without decoration, a final period or "!?"; "" without
+    one."""
+    found = list(_LATER.finditer(line))
+    return _strip_decoration(line[found[-1].end():].rstrip("!?")) if found else ""
+
+
 def _named_later(line: str) -> str | None:
     """What follows the last "answer is" in `line` ("So the answer is Paris." gives "Paris"), without decoration or a
     final period; None without one, or when it is a closing remark ("I hope the answer is correct.")."""
-    found = list(_LATER.finditer(line))
-    if not found:
-        return None
-    tail = _strip_decoration(line[found[-1].end():].rstrip("!?"))
+    tail = _later_tail(line)
     words = tail.lower().split()
     if not words or len(words) > _NAMED_WORDS or words[0] in _REMARK_STARTS or _remark(words):
         return None
@@ -165,8 +174,7 @@ def _remark(words: list[str]) -> bool:
 def _takes_back(line: str) -> bool:
     """Whether `line` names an answer again, of any length ("No wait, the answer is THE GOOD REMARKED MRS"), and not
     only remarks on one ("I hope the answer is correct.")."""
-    found = list(_LATER.finditer(line))
-    words = _strip_decoration(line[found[-1].end():].rstrip("!?")).lower().split() if found else []
+    words = _later_tail(line).lower().split()
     return bool(words) and not _remark(words)
 
 
@@ -285,8 +293,11 @@ def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8)
             by_task.setdefault(it.task, []).append(it)
     named = []
     for task, its in by_task.items():
-        pairs = [(a, b) for a in its for b in its if gold_answer(b) != gold_answer(a)]
-        tried = list({id(a): (a, b) for a, b in pairs}.values())  # one wrong answer for each item that has one
+        tried = []  # one wrong answer for each item that has one: the last other item's gold that differs
+        for a in its:
+            b = next((b for b in reversed(its) if gold_answer(b) != gold_answer(a)), None)
+            if b is not None:
+                tried.append((a, b))
         if len(tried) < 2:
             continue
         try:
@@ -434,7 +445,7 @@ def _said_as_written(completion: str, gold: str) -> str | None:
     if _last_tag(completion) is not None or _last_boxed(completion) is not None:
         return None
     target = " ".join(gold.split())
-    lines = [ln.strip() for ln in completion.splitlines() if ln.strip(_DECORATION).rstrip(".") not in ("", "\\[", "\\]")]
+    lines = [ln.strip() for ln in _content_lines(completion)]
     if not target or not lines:
         return None
     candidates = [lines[-1]]

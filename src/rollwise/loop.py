@@ -884,11 +884,15 @@ def say_budget_stop(cfg: Config, last_step: int, tokens: float) -> None:
 
 
 def finish(run: Run, last_step: int, quiet: bool) -> RunResult:
-    if last_step > run.start_step:  # a resumed run that trained nothing has said why already
-        say_budget_stop(run.cfg, last_step, run.totals["tokens"])
-    if final_eval_due(run, last_step):  # the async loop's own final evaluation is reused
-        run.result.eval_after = final_eval(run, last_step)
-    run.tracker.close()
+    try:
+        if last_step > run.start_step:  # a resumed run that trained nothing has said why already
+            say_budget_stop(run.cfg, last_step, run.totals["tokens"])
+        if final_eval_due(run, last_step):  # the async loop's own final evaluation is reused
+            run.result.eval_after = final_eval(run, last_step)
+        run.tracker.close()
+    except BaseException:  # the async loop calls this after its own clean-up: the writer thread and worker stop here
+        close_on_failure(run)
+        raise
     run.runner.close()
     if not quiet:
         print_summary(run.run_dir)

@@ -33,20 +33,58 @@ def _parse(text: str) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     return rows, bad
 
 
-def _quiet_event_writer_errors() -> None:
-    """TensorBoard writes from a thread of its own, which re-raises a failed write (a full disk), and Python
-    printed that thread's traceback before the main thread's next flush raised the same error, which `log` turns
-    into rollwise's message: leave out that thread's OSError only; every other thread error prints as before."""
-    previous = threading.excepthook
-    if getattr(previous, "rollwise_event_writer", False):
-        return
+# TensorBoard writes from a thread of its own (one per event file), which re-raises a failed write (a full disk):
+# Python printed that thread's traceback before the main thread's next flush raised the same error, which `log`
+# turns into rollwise's message. While a Tracker's writer threads live, a hook on threading.excepthook leaves out
+# their OSError only: any other thread's error (a user's own threads, their own SummaryWriter) goes to the hook
+# that was there before, and that hook is back once no rollwise writer thread is left (Tracker.close).
+_quiet_threads: set[threading.Thread] = set()
+_quiet_lock = threading.Lock()
+_installed_hook: Any = None  # the hook this module set, while it is set
 
-    def hook(args: threading.ExceptHookArgs) -> None:
-        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
-            previous(args)
 
-    hook.rollwise_event_writer = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+def _writer_threads(writer: Any) -> set[threading.Thread]:
+    """The threads that write `writer`'s (a SummaryWriter's) event files."""
+    threads = set()
+    for fw in (getattr(writer, "all_writers", None) or {}).values():
+        worker = getattr(getattr(getattr(fw, "event_writer", None), "_async_writer", None), "_worker", None)
+        if isinstance(worker, threading.Thread):
+            threads.add(worker)
+    return threads
+
+
+def _quiet_event_writer_errors(threads: set[threading.Thread]) -> None:
+    """Leave out the OSError traceback of `threads` (rollwise's own TensorBoard writer threads) until they end."""
+    global _installed_hook
+    with _quiet_lock:
+        _quiet_threads.difference_update([t for t in _quiet_threads if not t.is_alive()])
+        _quiet_threads.update(threads)
+        if not _quiet_threads or (_installed_hook is not None and threading.excepthook is _installed_hook):
+            return
+        # a hook set over ours (pytest's, a notebook's) may have put it away: a fresh one goes on top, with the
+        # hook found now as the one it passes to (several of ours in a chain only leave out the same errors)
+        previous = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            if not (args.thread in _quiet_threads and isinstance(args.exc_value, OSError)):
+                previous(args)
+
+        hook.rollwise_previous = previous  # type: ignore[attr-defined]
+        threading.excepthook = _installed_hook = hook
+
+
+def _release_event_writer_errors(threads: set[threading.Thread]) -> None:
+    """`threads` have ended (or their errors are no longer rollwise's to hide): forget them, and once no
+    rollwise writer thread is left, put back the hook that was there before ours."""
+    global _installed_hook
+    with _quiet_lock:
+        _quiet_threads.difference_update(threads)
+        _quiet_threads.difference_update([t for t in _quiet_threads if not t.is_alive()])
+        if _quiet_threads or _installed_hook is None:
+            return
+        if threading.excepthook is _installed_hook:  # else a hook set since holds ours: it stays, letting all through
+            threading.excepthook = _installed_hook.rollwise_previous
+        _installed_hook = None
 
 
 HISTOGRAMS = ("planner/samples_per_prompt",)  # list-valued metrics TensorBoard shows as a histogram
@@ -63,16 +101,17 @@ class Tracker:
 
             replace_text(self.path, "".join(ln + "\n" for ln in keep))  # whole or not at all: a full disk keeps the old
         self.writer = None
+        self._threads: set[threading.Thread] = set()
         if truncate_after_step is not None:  # events an earlier attempt wrote go too, even with TensorBoard off now
             drop_events_after(Path(run_dir) / "tensorboard", truncate_after_step)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            _quiet_event_writer_errors()
-
             # purge_step hides events at or after it: keep the checkpoint's own step, as metrics.jsonl does
             purge = None if truncate_after_step is None else truncate_after_step + 1
             self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
+            self._threads = _writer_threads(self.writer)  # its event file's writer thread, started just now
+            _quiet_event_writer_errors(self._threads)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in metrics.items()}
@@ -96,8 +135,18 @@ class Tracker:
                                f"space, then {then}") from None
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        """Flush and close the event file; its writer thread ends, and rollwise's hook on threading.excepthook
+        goes with the last such thread (closing twice, or after an error, is harmless)."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.close()  # joins the writer thread, which has then printed (or not) its error
+        finally:
+            for t in self._threads:
+                # a thread that failed ends on its own (SummaryWriter.close raised at its flush before joining it)
+                if t.is_alive() and getattr(t, "exception", None) is not None and t is not threading.current_thread():
+                    t.join(timeout=10)
+            _release_event_writer_errors({t for t in self._threads if not t.is_alive()})
 
 
 def drop_events_after(logdir: Path, step: int) -> None:

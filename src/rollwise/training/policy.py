@@ -278,6 +278,9 @@ class PolicyTrainer:
         correct_opts = _correction_options(a)
         eps_high = a.epsilon_high if a.epsilon_high is not None else a.epsilon
         old: dict[int, torch.Tensor] = {}
+        # the KL reference's log-probs per micro-batch, taken at the first pass: the reference (an eval-mode copy,
+        # or the LoRA policy with its adapters off) is the same at every pass, so later passes reuse them
+        refs: dict[int, torch.Tensor] = {}
         sums: dict[str, float] = {}
         off_sums: dict[str, float] = {}
         tok_w = in_w = 0.0
@@ -316,8 +319,9 @@ class PolicyTrainer:
                 # and AReaL's decoupled loss do); KL and entropy terms are masked but not weighted
                 per_tok = per_tok * c.weight
                 if a.beta > 0:
-                    ref = self._ref_logprobs(batch)
-                    kl = algos.kl_penalty(logp, ref, a.kl_estimator)  # [b, R]
+                    if it == 0:
+                        refs[mi] = self._ref_logprobs(batch)
+                    kl = algos.kl_penalty(logp, refs[mi], a.kl_estimator)  # [b, R]
                     per_tok = per_tok + a.beta * kl
                     m = {**m, "kl": algos.masked_mean(kl.detach(), keep)}
                 if a.entropy_coef > 0:

@@ -8,6 +8,11 @@ worker is killed and restarted and the batch continues after the stuck call; a c
 worker (a crash, os._exit, the out-of-memory killer) scores 0 and the worker is restarted. A function
 failing 64 calls in a row, or a worker that cannot be restarted, stops the run (its last checkpoint
 stays).
+
+Each call starts as the worker got ready: its working directory, os.environ and sys.path are put back after every
+call. The processes reward functions start end with the worker (a kill, a crash, close(), the trainer's end), also
+those that leave its process group (setsid, a daemon's double fork): see rollwise.rewards.proctree for how, and
+for what is not covered.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import copy
 import math
 import multiprocessing as mp
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -28,6 +34,14 @@ from typing import Any, Self
 
 from rollwise.config import ConfigError, RewardConfig
 from rollwise.errors import RewardWorkerError
+from rollwise.rewards.proctree import (
+    _TOKEN_VAR,
+    _alive_child,
+    _become_subreaper,
+    _kill_marked,
+    _kill_tree,
+    _reap_adopted,
+)
 from rollwise.types import PromptItem
 
 MAX_MESSAGES = 5
@@ -76,29 +90,87 @@ def _watch_parent(parent_pid: int) -> None:
     while True:
         time.sleep(1.0)
         if os.getppid() != parent_pid:
+            with contextlib.suppress(Exception):  # those that left its group (setsid) too
+                _kill_tree(os.getpid(), include_root=False)
             if hasattr(os, "killpg") and os.getpgrp() == os.getpid():  # the processes its reward functions started too
                 os.killpg(0, signal.SIGKILL)
             os._exit(1)
 
 
+# The watchdog's script. Once `lifeline` reads EOF: if the worker ($PPID) is still its parent (alive, its pid not
+# reused), stop it and then each of its descendants found in /proc (passes until one finds none new), as
+# proctree._kill_tree does, kill them all, then the group (itself included). Without /proc, or once the worker is
+# gone, the group only.
+_WATCHDOG = r"""cat > /dev/null
+w=$PPID
+read -r line < /proc/$$/stat 2> /dev/null || { kill -9 0; exit; }
+set -- ${line##*) }
+[ "$2" = "$w" ] || { kill -9 0; exit; }
+kill -s STOP "$w" 2> /dev/null
+all=" $w "
+new=1
+while [ -n "$new" ]; do
+  new=
+  for s in /proc/[0-9]*/stat; do
+    read -r line < "$s" 2> /dev/null || continue
+    set -- ${line##*) }
+    case "$all" in *" $2 "*) ;; *) continue ;; esac
+    p=${s#/proc/}; p=${p%/stat}
+    case "$all" in *" $p "*) continue ;; esac
+    [ "$p" = "$$" ] && continue
+    kill -s STOP "$p" 2> /dev/null
+    all="$all$p "; new=1
+  done
+done
+kill -9 $all 2> /dev/null
+kill -9 0
+"""
+
+
 def _start_watchdog(lifeline: Connection) -> None:
     """A process in the worker's group that kills the group once the trainer is gone (its end of `lifeline`, whose
-    other end only the trainer holds, reads EOF). _watch_parent, a thread, cannot run while a reward function holds
-    the GIL (a catastrophic regex, a C loop): the worker then outlived a killed trainer for as long as that call ran."""
+    other end only the trainer holds, reads EOF), and first the worker's descendants that left the group
+    (`_WATCHDOG`). _watch_parent, a thread, cannot run while a reward function holds the GIL (a catastrophic regex, a
+    C loop): the worker then outlived a killed trainer for as long as that call ran."""
     import subprocess
 
     with contextlib.suppress(OSError):  # no sh: the thread alone watches
-        subprocess.Popen(["/bin/sh", "-c", "cat > /dev/null; kill -9 0"], stdin=lifeline.fileno(),
+        subprocess.Popen(["/bin/sh", "-c", _WATCHDOG], stdin=lifeline.fileno(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
     lifeline.close()
 
 
+def _restore(environ: Any, env: dict[str, dict], path: list[str], path_value: list[str]) -> None:
+    """os.environ and sys.path as they were when the worker got ready (`environ` and `path`: the objects, `env` and
+    `path_value`: their contents): one call's changes must not change the next one's behaviour (any function's).
+    A change made around os.environ (os.putenv, C code's setenv) is not seen."""
+    if os.environ is not environ:  # rebound: os.environ = {...}
+        os.environ = environ  # noqa: B003 - the original mapping back, not a new environment
+    # os._Environ keeps the encoded variables in _data: comparing those costs well under a microsecond a call
+    unchanged = environ._data == env["_data"] if hasattr(environ, "_data") else dict(environ) == env["vars"]
+    if not unchanged:
+        vars_ = env["vars"]
+        for var in [var for var in environ if var not in vars_]:
+            with contextlib.suppress(Exception):
+                del environ[var]
+        for var, value in vars_.items():
+            if environ.get(var) != value:
+                with contextlib.suppress(Exception):
+                    environ[var] = value
+    if sys.path is not path or path != path_value:
+        sys.path = path
+        path[:] = path_value
+
+
 def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent_pid: int,
-                 lifeline: Connection | None = None) -> None:
+                 lifeline: Connection | None = None, token: str = "") -> None:
+    if token:  # before the watchdog starts: the processes its functions start carry it (see _kill_marked)
+        os.environ[_TOKEN_VAR] = token
     if hasattr(os, "setpgrp"):  # a group of its own: a kill also ends the processes its reward functions start
         os.setpgrp()
         if lifeline is not None:
             _start_watchdog(lifeline)
+    adopts = _become_subreaper()  # and those that leave the group, through it (see rollwise.rewards.proctree)
     me = os.getpid()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         os.environ[var] = "false" if var == "TOKENIZERS_PARALLELISM" else "1"
@@ -124,13 +196,21 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
     except BaseException as e:  # noqa: BLE001  (reported to the parent, which raises)
         conn.send(("init_error", f"{type(e).__name__}: {e}"))
         return
+    # what each call starts from: the variables set above and at import are kept, a call's changes are undone
+    environ, path, path_value = os.environ, sys.path, list(sys.path)
+    env = {"vars": dict(environ), "_data": dict(getattr(environ, "_data", {}))}
     conn.send(("ready",))
     while True:
+        if adopts:
+            with contextlib.suppress(Exception):  # housekeeping: never a reason to fail
+                _reap_adopted()
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             return
         if msg[0] == "stop":
+            with contextlib.suppress(Exception):  # the trainer's group kill misses those that left the group
+                _kill_tree(me, include_root=False)
             return
         _, first_fn, completions, items = msg
         if "reasoning_gym" in names:
@@ -154,6 +234,7 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
                     os._exit(1)
                 with contextlib.suppress(OSError):  # os.chdir() in one call must not move the later ones (any function's)
                     os.chdir(home)
+                _restore(environ, env, path, path_value)  # nor a change to os.environ or sys.path
                 conn.send(out)
 
 
@@ -176,7 +257,10 @@ def _sigint_ignored_by_children() -> Any:
             signal.signal(signal.SIGINT, before)
 
 
-def _stop(proc: Any, conn: Connection, lifeline: Connection | None = None) -> None:
+def _stop(proc: Any, conn: Connection, lifeline: Connection | None = None, token: str = "") -> None:
+    if _alive_child(proc.pid):  # before its watchdog wakes (lifeline's close): the worker's descendants outside its
+        with contextlib.suppress(Exception):  # group are found through the worker itself, while it lives
+            _kill_tree(proc.pid, include_root=True)
     with contextlib.suppress(OSError):
         conn.close()
     if lifeline is not None:
@@ -188,6 +272,8 @@ def _stop(proc: Any, conn: Connection, lifeline: Connection | None = None) -> No
     if proc.is_alive():
         proc.kill()
     proc.join(timeout=5)
+    with contextlib.suppress(Exception):  # those a worker that died on its own (a crash) left to init
+        _kill_marked(token)
 
 
 def _resolve_in_time(name: str) -> None:
@@ -254,11 +340,12 @@ class RewardRunner:
 
     def _start(self) -> Connection:
         ctx = mp.get_context("spawn")
+        token = secrets.token_hex(16)  # marks the processes this worker's functions run (see _kill_marked)
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         watched, lifeline = ctx.Pipe(duplex=False)  # the worker's watchdog reads EOF when `lifeline` closes
         proc = ctx.Process(
             target=_worker_main,
-            args=(child_conn, self.names, list(sys.path), os.getpid(), watched),
+            args=(child_conn, self.names, list(sys.path), os.getpid(), watched, token),
             name="rollwise-reward-worker",
             daemon=False,  # reward functions may start their own processes
         )
@@ -267,7 +354,7 @@ class RewardRunner:
         child_conn.close()
         watched.close()
         self._proc, self._conn = proc, parent_conn
-        self._finalizer = Finalize(self, _stop, args=(proc, parent_conn, lifeline), exitpriority=10)
+        self._finalizer = Finalize(self, _stop, args=(proc, parent_conn, lifeline, token), exitpriority=10)
         msg = self._recv(STARTUP_TIMEOUT)
         if msg is None or msg[0] != "ready":
             self._kill()

@@ -278,13 +278,61 @@ def multiline_answers_note(items: list[PromptItem], instruction: str, reward: st
             "in data.instruction (for example data.instruction=\"Give the final answer in <answer></answer> tags.\")")
 
 
-def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8) -> str | None:
+LENIENT_CHECK_S = 30.0  # seconds `lenient_scorer_note` may score for: it runs in the trainer, at the run's start
+
+
+class _OutOfTime(BaseException):
+    """`_time_limit`'s alarm (a BaseException: a scorer's own `except Exception` passes it on)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Any:
+    """Raise _OutOfTime in the code this runs once `seconds` have passed (SIGALRM from the real-time timer), and
+    yield a function that says whether they have (for code that swallowed the exception). Only on the main thread of
+    a POSIX process whose real-time timer is unarmed and whose SIGALRM handler Python can restore; elsewhere there is
+    no bound. A call stuck in C code that never returns to Python is not interrupted."""
+    import signal
+    import threading
+
+    state = {"over": False}
+    usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread()
+              and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+    before = signal.getsignal(signal.SIGALRM) if usable else None
+    if before is None:  # not usable, or a handler not set from Python (not restorable)
+        yield lambda: False
+        return
+
+    def alarm(signum: int, frame: Any) -> None:
+        state["over"] = True
+        raise _OutOfTime
+
+    signal.signal(signal.SIGALRM, alarm)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield lambda: state["over"]
+    finally:
+        while True:  # an alarm that lands in here raises once more: the timer and the handler are put back anyway
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, before)
+                break
+            except _OutOfTime:
+                continue
+
+
+def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8,
+                        budget: float | None = LENIENT_CHECK_S) -> str | None:
     """A warning naming the reasoning-gym tasks whose own scorer gives a wrong answer full credit (under
     `reward` reasoning_gym, which uses it): of up to `per_task` items of a task, each is scored with the gold
     answer of another of them whose gold differs, and a task where every such wrong answer scores 1 is named
     (reasoning-gym 0.1.25's game_of_life_halting compares bool(answer) with bool(gold), so any answer scores 1
     and its groups teach nothing; puzzle24's checks that an expression makes 24, not that it uses the question's
-    numbers)."""
+    numbers).
+
+    The scorers run in this process (the trainer's), so their time is bounded by `budget` seconds in all (None: no
+    bound; see `_time_limit` for where a bound applies): a scorer that hangs must not hang the run's start. The
+    check then stops, and the warning says so and which tasks it left unchecked."""
     if reward != "reasoning_gym":
         return None
     by_task: dict[str, list[PromptItem]] = {}
@@ -292,27 +340,48 @@ def lenient_scorer_note(items: list[PromptItem], reward: str, per_task: int = 8)
         if (it.entry.get("metadata") or {}).get("source_dataset") and len(by_task.get(it.task, ())) < per_task:
             by_task.setdefault(it.task, []).append(it)
     named = []
-    for task, its in by_task.items():
-        tried = []  # one wrong answer for each item that has one: the last other item's gold that differs
-        for a in its:
-            b = next((b for b in reversed(its) if gold_answer(b) != gold_answer(a)), None)
-            if b is not None:
-                tried.append((a, b))
-        if len(tried) < 2:
-            continue
-        try:
-            full = all(reasoning_gym(gold_answer(b), a) == 1.0 for a, b in tried)
-        except Exception:  # noqa: BLE001 - a scorer that fails here is reported per sample when the reward runs
-            continue
-        if full:
-            a, b = tried[0]
-            named.append(f"{task} (gold {gold_answer(a)!r}, answer {gold_answer(b)!r}: 1.0)")
+    tasks, checking = list(by_task), 0  # the index of the task being checked
+    stopped = None
+    try:
+        with _time_limit(budget) as over:
+            for i, task in enumerate(tasks):
+                checking, its = i, by_task[task]
+                tried = []  # one wrong answer for each item that has one: the last other item's gold that differs
+                for a in its:
+                    b = next((b for b in reversed(its) if gold_answer(b) != gold_answer(a)), None)
+                    if b is not None:
+                        tried.append((a, b))
+                if len(tried) < 2:
+                    continue
+                try:
+                    full = True  # all(...), with a look at the clock between calls
+                    for a, b in tried:
+                        if over():
+                            raise _OutOfTime
+                        if reasoning_gym(gold_answer(b), a) != 1.0:
+                            full = False
+                            break
+                except Exception:  # noqa: BLE001 - a scorer that fails here is reported per sample when the reward runs
+                    continue
+                if full:
+                    a, b = tried[0]
+                    named.append(f"{task} (gold {gold_answer(a)!r}, answer {gold_answer(b)!r}: 1.0)")
+            checking = len(tasks)
+    except _OutOfTime:
+        if checking < len(tasks):  # (an alarm just after the last task changes nothing)
+            left = len(tasks) - checking - 1
+            later = f" and {left} later task{'s' if left > 1 else ''}" if left else ""
+            stopped = f"the check stopped after {budget:g} s, at task {tasks[checking]}: it{later} went unchecked"
     if not named:
-        return None
-    return (f"the reasoning-gym scorer of {', '.join(named)} gives full credit to the gold answers of other items "
+        if stopped is None:
+            return None
+        return (f"checking whether the reasoning-gym scorers give other items' gold answers full credit took too "
+                f"long: {stopped}")
+    note = (f"the reasoning-gym scorer of {', '.join(named)} gives full credit to the gold answers of other items "
             "of the task, so it rewards answers that do not solve the question (where any answer scores 1, groups "
             "have equal rewards and teach nothing): leave the task out of data.tasks, or score it with "
             "reward.functions=[{name: exact_match}]")
+    return note if stopped is None else f"{note} ({stopped})"
 
 
 def gold_answer(item: PromptItem) -> str:

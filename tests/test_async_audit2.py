@@ -127,15 +127,25 @@ def test_an_interrupted_early_stopping_run_stops_where_the_whole_one_did(tiny_mo
     assert main(["train", *_args(tiny_model_dir, tmp_path, "cut", 12, base)]) == 130
     monkeypatch.setattr(async_loop.Learner, "update", update)
     assert _checkpoints(tmp_path / "cut") == ["best", "step_000003", "step_000006"]
+    before = [r for r in _comparable(tmp_path / "cut") if r["step"] <= 6]
     assert main(["train", "--resume", str(tmp_path / "cut")]) == 0
     assert _last(tmp_path / "cut")["step"] == 8
-    assert _comparable(tmp_path / "cut") == _comparable(tmp_path / "whole")
+    # at eta = 2 a batch's weights follow timing (which version the store holds when it starts), so the rows
+    # differ from the whole run's: each step trained once, those before the checkpoint kept as they were
+    rows = _comparable(tmp_path / "cut")
+    assert [r["step"] for r in rows] == [r["step"] for r in _comparable(tmp_path / "whole")] == list(range(1, 9))
+    assert rows[:6] == before
     assert _checkpoints(tmp_path / "cut") == _checkpoints(tmp_path / "whole") and _best(tmp_path / "cut") == 4
 
 
+@pytest.mark.parametrize("eta", [0, 1])
 @pytest.mark.parametrize("where", ["trainer", "producer", "evaluation"])
-def test_ctrl_c_leaves_a_checkpoint_that_resumes_to_the_whole_run(tiny_model_dir, tmp_path, monkeypatch, where):
-    base = ["eval.at_start=false", "eval.at_end=true", "eval.every_n_steps=2", "run.save_every=2", *_asy(1)]
+def test_ctrl_c_leaves_a_checkpoint_that_resumes_to_the_whole_run(tiny_model_dir, tmp_path, monkeypatch, where, eta):
+    """At eta = 0 the resumed run equals the whole one. At eta = 1 a batch is generated under whichever weights
+    the store holds when generation starts (the trainer may or may not have published the step before), so two
+    runs differ by timing alone: each step is then trained once, none lost, the steps before the checkpoint are
+    kept as they were, and evaluations and checkpoints fall at the whole run's steps."""
+    base = ["eval.at_start=false", "eval.at_end=true", "eval.every_n_steps=2", "run.save_every=2", *_asy(eta)]
     assert main(["train", *_args(tiny_model_dir, tmp_path, "whole", 5, base)]) == 0
     name, at = {"trainer": ("Learner", 4), "producer": ("produce_batch", 3), "evaluation": ("run_eval", 4)}[where]
     target = getattr(async_loop, name)
@@ -154,9 +164,17 @@ def test_ctrl_c_leaves_a_checkpoint_that_resumes_to_the_whole_run(tiny_model_dir
     assert main(["train", *_args(tiny_model_dir, tmp_path, "cut", 5, base)]) == 130
     monkeypatch.undo()
     assert _checkpoints(tmp_path / "cut") == ["step_000002"]
+    before = [r for r in _comparable(tmp_path / "cut") if r["step"] <= 2]
     assert main(["train", "--resume", str(tmp_path / "cut")]) == 0
-    assert _comparable(tmp_path / "cut") == _comparable(tmp_path / "whole")
-    assert _evals(tmp_path / "cut") == _evals(tmp_path / "whole")
+    if eta == 0:
+        assert _comparable(tmp_path / "cut") == _comparable(tmp_path / "whole")
+        assert _evals(tmp_path / "cut") == _evals(tmp_path / "whole")
+    else:
+        rows = _comparable(tmp_path / "cut")
+        assert [r["step"] for r in rows] == [r["step"] for r in _comparable(tmp_path / "whole")] == [1, 2, 3, 4, 5]
+        assert rows[:2] == before
+        assert [r["step"] for r in _evals(tmp_path / "cut")] == [r["step"] for r in _evals(tmp_path / "whole")]
+    assert _checkpoints(tmp_path / "cut") == _checkpoints(tmp_path / "whole")
 
 
 @pytest.mark.parametrize("which", ["sync", "async"])

@@ -366,7 +366,8 @@ class PlannerConfig(_Section):
     )
     budget_tokens: int | None = Field(
         None, gt=0, description="Response tokens per step instead of a rollout budget (over- or under-spending carried to "
-        "the next step, at most one step's budget either way; DAPO's back-fill can exceed it every step)."
+        "later steps in full: a step spends at most one budget of credit and repays at most half a budget of debt; "
+        "DAPO's back-fill can exceed it every step)."
     )
     min_samples_per_prompt: int | None = Field(
         None, gt=0, description="knapsack and rank (e3) allocators: fewest samples a rolled-out prompt gets "

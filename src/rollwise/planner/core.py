@@ -6,9 +6,9 @@
     outcome = planner.end_step()             # train / replay / discard; beliefs updated
 
 Budget: `budget_rollouts` per step, or `budget_tokens` per step converted to rollouts with a
-running mean response length; the tokens over- or under-spent are carried to the next step,
-so the budget holds over the run (the carry is capped at one step's budget either way: what a step
-spends beyond two budgets is forgiven, not repaid). Multi-round strategies treat the budget as their
+running mean response length; the tokens over- or under-spent are carried to later steps in full,
+so the budget holds over the run: a step spends at most one budget of credit on top of its own and
+repays at most half a budget of debt, so no step after a long one is starved. Multi-round strategies treat the budget as their
 target: DAPO may generate more than it (every rollout is counted), AR3PO may spend less. Each round's
 allocation is planned on what the step has left; a DAPO back-fill round on at least num_generations x
 its prompts (its documented over-sampling), which the allocator divides among them.
@@ -28,6 +28,7 @@ from rollwise.planner.repair import NoRepair
 from rollwise.planner.selectors import Selector
 from rollwise.planner.step import Group, StepState, allocation_summary
 
+REPAY_SHARE = 0.5  # a token budget's debt is repaid at most this share of a budget a step
 MAX_ROUNDS = 64  # safety net: rounds in a step (round by round) and of one group; real strategies stop long before
 
 
@@ -156,7 +157,9 @@ class ComposedPlanner:
         """Rollouts this step may spend."""
         if self.budget_tokens is None:
             return self.budget_rollouts
-        tokens = self.budget_tokens + self.token_carry
+        # the carry in full (module docstring): at most one budget of credit spent, REPAY_SHARE of one repaid
+        b = self.budget_tokens
+        tokens = b + min(max(self.token_carry, -REPAY_SHARE * b), b)
         return max(1, int(round(tokens / max(self.length_estimate, 1.0))))
 
     # ------------------------------------------------------------------ protocol
@@ -322,11 +325,11 @@ class ComposedPlanner:
         return outcome
 
     def charge_tokens(self, tokens: float) -> None:
-        """Charge `tokens` to a token budget's carry (planner.budget_tokens; at most one step's budget
-        either way): a step's own at its end, and tokens generated that no group will deliver (partial
+        """Charge `tokens` to a token budget's carry (planner.budget_tokens; kept in full, spent and repaid
+        at a bounded rate by `step_budget`): a step's own at its end, and tokens generated that no group will deliver (partial
         rollouts' samples dropped as too stale), so the budget holds over the run."""
         if self.budget_tokens is not None and tokens:
-            self.token_carry = float(np.clip(self.token_carry - tokens, -self.budget_tokens, self.budget_tokens))
+            self.token_carry -= tokens
 
     def _require_step(self) -> StepState:
         if self._st is None:
@@ -399,6 +402,7 @@ class ComposedPlanner:
             "length_estimate": self.length_estimate,
             "length_steps": self.length_steps,
             "token_carry": self.token_carry,
+            "budget_tokens": self.budget_tokens,  # a resume that changes it bounds the credit (load_state_dict)
             "small_budget_said": self.small_budget_said,  # said once a run: not again after a resume
             "carried_predictions": {u: list(v) for u, v in self.carried_predictions.items()},
             "trained_at": dict(self.trained_at),
@@ -422,8 +426,10 @@ class ComposedPlanner:
         self.length_estimate = float(state["length_estimate"])
         self.length_steps = int(state.get("length_steps", 10**6))  # older checkpoints: the plain EMA
         self.token_carry = float(state["token_carry"])
-        if self.budget_tokens is not None:  # a resume that lowers planner.budget_tokens: the carry it bounds too
-            self.token_carry = max(-self.budget_tokens, min(self.budget_tokens, self.token_carry))
+        if self.budget_tokens is not None and state.get("budget_tokens") != self.budget_tokens:
+            # a resume that changes planner.budget_tokens: a credit saved under the old one is at most one new
+            # budget (a debt is kept in full); older checkpoints' carries were within one budget already
+            self.token_carry = min(float(self.budget_tokens), self.token_carry)
         self.small_budget_said = bool(state.get("small_budget_said", False))  # older checkpoints: said again
         self.carried_predictions = {u: (float(p), bool(seen)) for u, (p, seen) in
                                     state.get("carried_predictions", {}).items()}

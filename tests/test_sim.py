@@ -12,7 +12,7 @@ import pytest
 
 from rollwise.planner import Request
 from rollwise.sim.command import parse_strategy, register
-from rollwise.sim.report import GRID, bootstrap, curve, first_reach, summarize
+from rollwise.sim.report import GRID, curve, first_reach, mean_interval, summarize
 from rollwise.sim.runner import RunResult, RunSpec, play_step, run_many, run_one
 from rollwise.sim.world import SimParams, World
 
@@ -317,13 +317,15 @@ def test_first_reach_is_the_end_of_the_first_step_at_target_and_summary_pairs_se
         summarize({"fast": res["fast"]}, "rollouts", None)
 
 
-def test_bootstrap_interval() -> None:
-    s = bootstrap(np.array([1.0, 2.0, 3.0, float("nan")]))
-    assert s.mean == 2.0 and s.n == 3 and 1.0 <= s.lo <= 2.0 <= s.hi <= 3.0
+def test_mean_interval() -> None:
+    s = mean_interval(np.array([1.0, 2.0, 3.0, float("nan")]))
+    # a Student-t interval: 2 +- t(0.975, 2) * 1 / sqrt(3), wider than the seeds' range over three seeds
+    assert s.mean == 2.0 and s.n == 3 and s.lo == pytest.approx(2 - 4.302652730 / 3**0.5) and s.lo < 1.0
+    assert s.hi == pytest.approx(2 + 4.302652730 / 3**0.5)
     assert s.fmt(digits=1).startswith("2.0 [")
-    # one or two seeds give [min, max], no 95% interval: the mean alone, with its count
-    assert bootstrap(np.array([1.0, 2.0])).fmt(digits=1) == "1.5 (n=2)"
-    assert bootstrap(np.array([float("nan")])).fmt() == "never"
+    # one or two seeds: no useful 95% interval, the mean alone, with its count
+    assert mean_interval(np.array([1.0, 2.0])).fmt(digits=1) == "1.5 (n=2)"
+    assert mean_interval(np.array([float("nan")])).fmt() == "never"
 
 
 def test_without_a_uniform_row_latency_is_not_defined_and_results_json_is_strict(tmp_path) -> None:

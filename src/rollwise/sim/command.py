@@ -31,8 +31,10 @@ from rollwise.sim.fit import (
     PROFILE_GRID,
     Visit,
     WorldFit,
+    cut_warning,
     first_visits,
     fit_world,
+    fitted_cut_share,
     observed_histogram,
     predicted_histogram,
     run_scale,
@@ -81,7 +83,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "simulate", help="compare rollout planners on a simulated RL run (pure numpy, seconds)",
         description="Run planner strategies at an equal total rollout (or token) budget against a simulated "
         "policy (item-response model: global skill + per-prompt offsets, unsolvable prompts, drift, "
-        "heavy-tailed lengths with a cap) and print a table with 95% bootstrap intervals over seeds.",
+        "heavy-tailed lengths with a cap) and print a table with 95% Student-t intervals of the mean over seeds.",
     )
     add_arguments(p)
     p.set_defaults(func=run_command)
@@ -104,7 +106,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(seeds of one setup: the same prompts per step and group size) are fitted together. The first "
                    "run's config gives prompts per step, group size, steps and pool unless those flags are given. "
                    "The unsolvable share also gets a 95%% profile-likelihood interval, with skill0 and the spread "
-                   "across it. Drift, transfer and the length model stay the simulator's (docs/planner.md).")
+                   "across it. The learning rate is read with revisits discounted by --revisit-decay and each "
+                   "task's gain split by --transfer, as the simulation counts them. A run with over 10%% of its fitted samples cut at the length cap is "
+                   "warned of. Drift, transfer and the length model stay the simulator's (docs/planner.md).")
     p.add_argument("--fit-steps", type=int, default=None,
                    help="With --fit: fit to the prompts first rolled out in steps 1..K (default: every step).")
     p.add_argument("--seeds", type=int, default=20, help="Seeds per strategy (default 20).")
@@ -170,7 +174,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "counts this to the power k of its signal toward the skill (its own solve rate still "
                         f"gains in full); 1 = a revisit counts like a new prompt. Default {d.revisit_decay}: what real training "
                         "measured (bench/RESULTS.md). "
-                        "Compare planner.revisit_cooldown and planner.revisit_discount under it.")
+                        "Compare planner.revisit_cooldown and planner.revisit_discount under it. With --fit the "
+                        "learning rate is fitted under this decay.")
     p.add_argument("--overlap", action="store_true",
                    help="Show the planner each group as it finishes, its follow-ups starting at once (the training "
                         "loop's rollout.overlap_rounds; dapo and dars, which decide from whole rounds, stay round by "
@@ -289,6 +294,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"rollwise simulate: warning: {line}", file=sys.stderr)
     if fitted is not None and not args.quiet:
         print_fit(args, *fitted)
+    if fitted is not None and cut_warning(fitted[0]):
+        print(f"rollwise simulate: warning: {cut_warning(fitted[0])}", file=sys.stderr)
     if fitted is not None and args.unit == "tokens":
         print("rollwise simulate: warning: --fit does not fit response lengths (the simulator's own length model is "
               "used); compare strategies in rollouts", file=sys.stderr)
@@ -348,7 +355,7 @@ def run_command(args: argparse.Namespace) -> int:
     title = (f"rollwise simulate: {len(seeds)} seed{'' if len(seeds) == 1 else 's'}, law={args.law}, {'overlapped rounds where the planner allows' if args.overlap else 'round by round'}, "
              + f"revisit decay {args.revisit_decay}, "
              + f"budget {base.budget:,} {args.unit}/step x "
-             f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% bootstrap CI; {elapsed:.1f}s")
+             f"{args.steps} = {total:,} {args.unit}; target = {target}; 95% t-interval of the mean over seeds; {elapsed:.1f}s")
     print_table(summary, args.unit, len(seeds), title)
     if not args.quiet:
         print(legend(args.unit))
@@ -450,8 +457,16 @@ def fit_from_run(args: argparse.Namespace) -> tuple[WorldFit, list[Visit]]:
         if getattr(args, k) is None:
             setattr(args, k, scale[k])
     n_ref = scale["prompts_per_step"] * scale["num_generations"]
-    visits = [v for run in runs for v in first_visits(run, args.fit_steps, n_ref)]  # each run's own first visits
-    fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable)
+    if not 0.0 <= args.revisit_decay <= 1.0:  # the fit counts the signal with it (said as bad_arguments says it)
+        raise ValueError(f"--revisit-decay is a factor in [0, 1] (1 = a revisit teaches like a new prompt), got "
+                         f"{args.revisit_decay}")
+    if not 0.0 <= args.transfer <= 1.0:  # the fit reads each task's learning with it
+        raise ValueError(f"--transfer is a share in [0, 1], got {args.transfer}")
+    # each run's own first visits, the signal before each counted as the simulated world will count it: revisits
+    # discounted, and a task's learning split between all the signal and its own as --transfer splits it
+    visits = [v for run in runs for v in first_visits(run, args.fit_steps, n_ref, args.revisit_decay)]
+    fit = fit_world(visits, SimParams().discrimination, unsolvable=args.unsolvable, transfer=args.transfer)
+    fit.truncated, fit.truncated_from = fitted_cut_share(runs, visits, args.fit_steps) or (None, None)
     shift = max(fit.learning, 0.0) if fit.learning is not None else None
     if fit.growth is not None:  # the spread grew: a share of the gain goes to it (polarise, the add law)
         total = shift + fit.growth
@@ -575,6 +590,14 @@ def print_fit(args: argparse.Namespace, fit: WorldFit, visits: list[Visit]) -> N
               f"per uniform batch (likelihood ratio {fit.lr_growth:.2f} > {LR_CRITICAL} against a fixed spread) -> "
               f"--polarise {args.polarise} --polarise-law add (polarise: growth's share of shift + growth) and "
               + (f"--lr {args.lr} (shift + growth)" if args.law != "saturating" else lr_used))
+    if fit.learning is not None:
+        print(f"  (the effective samples before each visit count a prompt's k-th signal {args.revisit_decay:g}^k"
+              + (f", and a task's skill moved by {args.transfer:g} x all of them + {1 - args.transfer:g} x "
+                 f"{len(fit.tasks)} x its own" if len(fit.tasks) > 1 else "")
+              + ", as the simulation with these --revisit-decay and --transfer does)")
+    if fit.truncated is not None:
+        print(f"  cut at the length cap: {fit.truncated:.1%} of the "
+              + ("first visits' samples fitted" if fit.truncated_from == "lengths" else "samples in the steps fitted"))
     if fit.lr_growth is not None and fit.growth is None:
         print(f"  the spread did not grow measurably (likelihood ratio {fit.lr_growth:.2f} <= {LR_CRITICAL}): no --polarise")
     m = min(v.n for v in visits)

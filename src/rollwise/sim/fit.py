@@ -14,7 +14,14 @@ The model is the simulator's item-response one (`world.py`): a prompt of task t 
 with probability u, else solved with rate sigmoid(a * (m_t - s * z)), z standard normal,
 a ~ LogNormal(log(discrimination), 0.25), where m_t is the task's level at the start plus, for a
 visit after training began, lr * X: X the effective samples trained on before the visit's step
-per uniform batch (the simulator's `signal` law, so lr is its --lr). Maximum likelihood over the
+per uniform batch (the simulator's `signal` law, so lr is its --lr), counted as the simulator
+counts them: a prompt's k-th group with a signal adds revisit_decay^k of its effective samples
+(`--revisit-decay`, 0.85 by default), and with K > 1 tasks a task's skill moved by
+transfer * X + (1 - transfer) * K * X_t, X_t the part of X from its own prompts (`--transfer`, 0.5:
+the simulator's split of a step's gain between every task and the tasks trained on). Counted in full,
+revisits made lr read 17% low under `adaptive` on a 400-prompt pool; one gain for every task read the
+tasks' spread 0.13 too wide with 4 tasks (the hard ones, learning slower, read harder still).
+Maximum likelihood over the
 task levels m_t, the within-task spread s, lr (where visits come from different steps) and u, by L-BFGS on a quadrature (torch, float64); standard errors from
 the observed information. u is kept only where the all-wrong groups call for it: a likelihood-
 ratio test against u = 0 at 5% (what a first visit cannot tell is whether a prompt at a zero
@@ -25,6 +32,11 @@ sd(m_t) over the tasks, difficulty_sd = sqrt(task_sd^2 + s^2).
 
 With `rollout.partial_rollouts` a sample carried into the next step counts in the step it
 finishes, so a first visit holds only the samples that finished in it (the long ones are missing).
+
+A sample cut at the run's length cap (rollout.max_completion_length) is read as it was scored,
+mostly wrong: the fit has no cap of its own, so it fits the rate of answers correct within the
+cap. The share cut is measured (from the logged lengths, else rollout/truncated_frac) and
+`simulate --fit` warns above CUT_WARN (`cut_warning`).
 
 What the rollouts cannot tell, the fit does not invent: the drift and the transfer between
 tasks keep the simulator's defaults (or the flags given), and the length model is not fitted
@@ -42,7 +54,22 @@ from typing import Any
 import numpy as np
 import yaml
 
+from rollwise.sim.world import SimParams
 from rollwise.tracking import read_metrics
+
+# the simulator's default revisit decay (SimParams.revisit_decay): the signal the fit counts is the simulator's
+REVISIT_DECAY = SimParams.revisit_decay
+# the simulator's default share of a step's skill gain that reaches every task (SimParams.transfer)
+TRANSFER = SimParams.transfer
+# the share of the fitted samples cut at the length cap above which `simulate --fit` warns (see `cut_share`)
+CUT_WARN = 0.10
+# what truncation did to the fit where it was measured: simulated uniform runs, 2,000 prompts, skill0 -1.5, half the
+# samples cut (the simulator's length model), against the same runs uncut; 8 seeds at spread 1 and no unsolvable
+# share, 4 at spread 2.5 and 10% unsolvable (docs/planner.md)
+CUT_EFFECT = ("which way depends on how length and correctness go together in the run: in simulated runs with half "
+              "the samples cut, lr read 37-62% low and the spread 22-45% low, and where the hardest prompts' answers "
+              "were the longest they were read as unsolvable (share 0.24 for 0.10) and skill0 read 0.4 too high, -1.07 "
+              "for -1.5")
 
 
 class FitError(ValueError):
@@ -55,6 +82,8 @@ class Visit:
     outcomes: str  # "1" correct, "0" not, in the order requested
     step: int
     signal: float = 0.0  # effective samples the run had trained on before this step, per uniform batch
+    cut: int | None = None  # samples at the run's length cap (None: the run logged no lengths, or no cap)
+    task_signal: float | None = None  # the part of `signal` from prompts of this visit's task (None: unknown)
 
     @property
     def n(self) -> int:
@@ -94,6 +123,11 @@ class WorldFit:
     # tasks whose every first visit was all wrong -> their first visits: their level is beyond what the
     # rollouts measure, so their prompts are counted in the unsolvable share (u includes them) and fitted no further
     hopeless: dict[str, int] = field(default_factory=dict)
+    # the share of the fitted samples cut at the run's length cap (`fitted_cut_share`), and what it was read
+    # from: "lengths" (the first visits' own) or "truncated_frac" (every sample of the steps fitted); None: unknown
+    truncated: float | None = None
+    truncated_from: str | None = None
+    transfer: float = TRANSFER  # the simulator's transfer between tasks the learning was read under (`exposure`)
 
     @property
     def hopeless_share(self) -> float:
@@ -119,11 +153,19 @@ class WorldFit:
         return math.sqrt(self.task_sd**2 + self.spread**2)
 
 
-def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int | None = None) -> list[Visit]:
+def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int | None = None,
+                 revisit_decay: float = REVISIT_DECAY) -> list[Visit]:
     """The first group of every prompt the run rolled out at steps 1..fit_steps (None: all). With
     `n_ref` (the uniform batch, prompts_per_step * num_generations) each visit also carries the
     effective samples of every earlier step over n_ref (`signal`), the simulator's measure of
-    what training had seen: sum over groups of n * 4c(n - c)/n^2."""
+    what training had seen: sum over groups of n * 4c(n - c)/n^2, a group of a prompt that had a
+    signal k times before counted revisit_decay^k of that (the simulator's `--revisit-decay`, whose
+    default this is: the fitted lr is then the lr that simulator's learning law needs), and the part of
+    it from prompts of the visit's own task (`task_signal`, for the split by transfer). Where the run
+    logged response lengths and its config a length cap (rollout.max_completion_length), each visit
+    also counts its samples at the cap (`cut`)."""
+    if not 0.0 <= revisit_decay <= 1.0:
+        raise FitError(f"the revisit decay is a factor in [0, 1] (1 = a revisit teaches like a new prompt), got {revisit_decay}")
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise FitError(f"{run_dir} has no metrics.jsonl; give --fit the folder of a `rollwise train` run "
@@ -135,9 +177,12 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
         raise FitError(f"{run_dir}/metrics.jsonl has no per-group outcomes (rollout/groups): the run was made "
                        "by a rollwise older than `simulate --fit`; train a few steps with this version "
                        "(e.g. `rollwise train train.max_steps=5`) and fit that run")
+    cap = length_cap(run_dir)
     seen: set[str] = set()
+    signals: Counter[str] = Counter()  # times each prompt gave a signal: its next one counts revisit_decay^k
     out: list[Visit] = []
     signal = 0.0
+    by_task: Counter[str] = Counter()  # the signal so far from each task's prompts
     for r in sorted(rows, key=lambda r: r["step"]):
         if "rollout/groups" not in r:  # a step logged by an older rollwise: its prompts are unknown, so no later
             if not seen:               # group is known to be a first visit (it may be a revisit chosen by outcome)
@@ -146,15 +191,78 @@ def first_visits(run_dir: str | Path, fit_steps: int | None = None, n_ref: int |
                                "run trained from its start with this version")
             break
         groups = r["rollout/groups"]
-        for uid, outcomes, *_ in groups:  # runs since 2026-12-04 add the response lengths
+        for uid, outcomes, *lengths in groups:  # runs since 2026-12-04 add the response lengths
             if uid in seen:
                 continue
             seen.add(uid)
             if (fit_steps is None or r["step"] <= fit_steps) and outcomes:
-                out.append(Visit(uid.split(":", 1)[0], str(outcomes), int(r["step"]), signal))
+                cut = (sum(int(x) >= cap for x in lengths[0]) if cap is not None and lengths
+                       and len(lengths[0]) == len(outcomes) else None)
+                task = uid.split(":", 1)[0]
+                out.append(Visit(task, str(outcomes), int(r["step"]), signal, cut,
+                                 by_task[task] if n_ref else None))
         if n_ref:
-            signal += sum(4.0 * g[1].count("1") * g[1].count("0") / len(g[1]) for g in groups if g[1]) / n_ref
+            step_signal = 0.0
+            for uid, outcomes, *_ in groups:
+                c = outcomes.count("1")
+                if 0 < c < len(outcomes):  # a signal: the simulator discounts a prompt's k-th one by decay^k
+                    e = 4.0 * c * (len(outcomes) - c) / len(outcomes) * revisit_decay ** signals[uid] / n_ref
+                    step_signal += e
+                    by_task[uid.split(":", 1)[0]] += e
+                    signals[uid] += 1
+            signal += step_signal
     return out
+
+
+def length_cap(run_dir: str | Path) -> int | None:
+    """The run's rollout.max_completion_length, from its config.yaml (None where it has none)."""
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text()) or {}
+        return int(cfg["rollout"]["max_completion_length"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None
+
+
+def cut_share(visits: list[Visit]) -> tuple[float, int] | None:
+    """The share of the samples at the run's length cap among the first visits that know it, and how many
+    samples that is out of (None where no visit knows: a run that logged no response lengths)."""
+    known = [v for v in visits if v.cut is not None]
+    total = sum(v.n for v in known)
+    return (sum(v.cut or 0 for v in known) / total, total) if total else None
+
+
+def logged_cut_share(run_dir: str | Path, fit_steps: int | None = None) -> tuple[float, int] | None:
+    """The share of all samples cut at the length cap in steps 1..fit_steps from the run's
+    `rollout/truncated_frac` (for runs that logged no response lengths), and of how many samples."""
+    rows = [r for r in read_metrics(run_dir) if "rollout/truncated_frac" in r and "rollout/rollouts" in r
+            and (fit_steps is None or r["step"] <= fit_steps)]
+    total = sum(r["rollout/rollouts"] for r in rows)
+    return (sum(r["rollout/truncated_frac"] * r["rollout/rollouts"] for r in rows) / total, int(total)) if total else None
+
+
+def fitted_cut_share(runs: list[str | Path], visits: list[Visit],
+                     fit_steps: int | None = None) -> tuple[float, str] | None:
+    """The share of samples cut at the length cap among the first visits fitted (from their lengths), or,
+    for runs that logged none, among every sample of the steps fitted (rollout/truncated_frac); and which."""
+    got = cut_share(visits)
+    if got is not None:
+        return got[0], "lengths"
+    logged = [x for x in (logged_cut_share(r, fit_steps) for r in runs) if x is not None]
+    total = sum(n for _, n in logged)
+    return (sum(s * n for s, n in logged) / total, "truncated_frac") if total else None
+
+
+def cut_warning(fit: WorldFit, threshold: float = CUT_WARN) -> str | None:
+    """What a fit to a run with many samples cut at the length cap does not tell (None below `threshold`)."""
+    if fit.truncated is None or fit.truncated <= threshold:
+        return None
+    what = ("of the first visits' samples fitted" if fit.truncated_from == "lengths"
+            else "of the samples in the steps fitted (rollout/truncated_frac; the run logged no lengths)")
+    return (f"{fit.truncated:.0%} {what} were cut at rollout.max_completion_length. The fit reads each as it was "
+            "scored (a cut answer mostly as wrong) and has no length cap of its own, so it fits the rate of answers "
+            "correct within the cap, not the policy's: the fitted skill0, spread and lr take the cut in, and "
+            f"{CUT_EFFECT}. Fit a run trained with a larger rollout.max_completion_length (under "
+            f"{threshold:.0%} cut), or read the simulated world as one where the cut answers are wrong for good")
 
 
 def run_scale(run_dir: str | Path) -> dict[str, int]:
@@ -193,33 +301,35 @@ PROFILE_GRID = tuple(round(0.05 * i, 2) for i in range(19))  # 0 .. 0.9
 
 
 def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: float | None = None,
-              min_groups: int = 20, growth: bool = True) -> WorldFit:
+              min_groups: int = 20, growth: bool = True, transfer: float = TRANSFER) -> WorldFit:
     """Maximum-likelihood world for these first visits. `unsolvable` fixes u; without it u is fitted
     and kept only where the likelihood-ratio test against u = 0 calls for it (LR_CRITICAL). Where the
     visits come from different points of training (and `growth`), a spread that grows with the
     training signal is fitted too and kept on the same test against a fixed spread, given u. A task
     whose every first visit was all wrong has no finite level: its prompts are taken as unsolvable (u
-    counts them; see `WorldFit.hopeless`) and the other tasks are fitted."""
+    counts them; see `WorldFit.hopeless`) and the other tasks are fitted. `transfer` is the simulator's:
+    of the skill a visit's task gained, that share follows all the run's signal, the rest its task's
+    own (`exposure`)."""
     hopeless = Counter(v.task for v in visits)
     for v in visits:
         if v.correct > 0:
             hopeless.pop(v.task, None)
     if hopeless:
-        return _fold_hopeless(visits, dict(hopeless), discrimination, unsolvable, min_groups, growth)
+        return _fold_hopeless(visits, dict(hopeless), discrimination, unsolvable, min_groups, growth, transfer)
     grow = growth and len({v.signal for v in visits}) > 1
     lr_u = None
     if unsolvable is not None:
-        grown = _fit(visits, discrimination, unsolvable, min_groups, True) if grow else None
-        flat = _fit(visits, discrimination, unsolvable, min_groups, False)
+        grown = _fit(visits, discrimination, unsolvable, min_groups, True, transfer) if grow else None
+        flat = _fit(visits, discrimination, unsolvable, min_groups, False, transfer)
     else:
-        free = _fit(visits, discrimination, None, min_groups, grow)
-        none = _fit(visits, discrimination, 0.0, min_groups, grow)
+        free = _fit(visits, discrimination, None, min_groups, grow, transfer)
+        none = _fit(visits, discrimination, 0.0, min_groups, grow, transfer)
         lr_u = 2.0 * (free.loglik - none.loglik)
         kept = free if lr_u > LR_CRITICAL else none
         other = none if kept is free else free
         alternative = (other.skill0, other.spread, other.unsolvable)
         grown = kept if grow else None
-        flat = _fit(visits, discrimination, None if kept is free else 0.0, min_groups, False) if grow else kept
+        flat = _fit(visits, discrimination, None if kept is free else 0.0, min_groups, False, transfer) if grow else kept
     best = flat
     if grown is not None:
         lr_g = 2.0 * (grown.loglik - flat.loglik)
@@ -227,12 +337,12 @@ def fit_world(visits: list[Visit], discrimination: float = 1.5, unsolvable: floa
         best.lr_growth = lr_g
     if unsolvable is None:
         best.unsolvable_given, best.lr_unsolvable, best.other_branch = False, lr_u, alternative
-        _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None)
+        _profile_unsolvable(best, visits, discrimination, min_groups, best.growth is not None, transfer)
     return best
 
 
 def _fold_hopeless(visits: list[Visit], hopeless: dict[str, int], discrimination: float,
-                   unsolvable: float | None, min_groups: int, growth: bool) -> WorldFit:
+                   unsolvable: float | None, min_groups: int, growth: bool, transfer: float = TRANSFER) -> WorldFit:
     """Fit the tasks that were solved at least once; the hopeless tasks' share h of the first visits joins
     the unsolvable share: u = h + (1 - h) * u_rest (a share given for the whole run must hold h)."""
     rest = [v for v in visits if v.task not in hopeless]
@@ -250,7 +360,7 @@ def _fold_hopeless(visits: list[Visit], hopeless: dict[str, int], discrimination
                        f"never were: set aside as unsolvable); at least {min_groups} are needed: fit a longer run (or "
                        "more of its steps, where --fit-steps cut them)")
     fit = fit_world(rest, discrimination, None if unsolvable is None else (unsolvable - h) / (1.0 - h),
-                    min_groups, growth)
+                    min_groups, growth, transfer)
 
     def fold(u: float) -> float:
         return h + (1.0 - h) * u
@@ -265,7 +375,7 @@ def _fold_hopeless(visits: list[Visit], hopeless: dict[str, int], discrimination
 
 
 def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: float, min_groups: int,
-                        growth: bool) -> None:
+                        growth: bool, transfer: float = TRANSFER) -> None:
     """Fill best's 95% profile-likelihood interval of u: the shares u whose best fit (every other
     parameter refitted, growth as in `best`) is within LR_PROFILE / 2 of the best log-likelihood of
     that family (a growing spread's fits, which the test may have turned down, have a parameter more),
@@ -276,8 +386,8 @@ def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: flo
     profile narrower than the grid's step, where a linear interpolation of the drop put the ends inside
     (or at the peak itself). The likelihood-ratio test picks one branch; the interval says how far the
     data let u (and with it skill0) move, which the SEs, conditional on u, do not."""
-    free = _fit(visits, discrimination, None, min_groups, growth)
-    fits = {float(u): _fit(visits, discrimination, u, min_groups, growth) for u in PROFILE_GRID}
+    free = _fit(visits, discrimination, None, min_groups, growth, transfer)
+    fits = {float(u): _fit(visits, discrimination, u, min_groups, growth, transfer) for u in PROFILE_GRID}
     fits.setdefault(free.unsolvable, free)
     top = max(best.loglik, *(f.loglik for f in fits.values()))
 
@@ -300,7 +410,7 @@ def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: flo
             u = float(i + min(max(t, 0.0), 1.0) * (j - i))
             if u in fits or abs(j - i) < 1e-4:
                 return u
-            fits[u] = _fit(visits, discrimination, u, min_groups, growth)
+            fits[u] = _fit(visits, discrimination, u, min_groups, growth, transfer)
             if abs(math.sqrt(max(drop(u), 0.0)) - r_cut) < 0.05:
                 return u
         return u
@@ -309,14 +419,23 @@ def _profile_unsolvable(best: WorldFit, visits: list[Visit], discrimination: flo
     best.unsolvable_interval = (lo, hi)
     for u in (lo, hi):
         if u not in fits:
-            fits[u] = _fit(visits, discrimination, u, min_groups, growth)
+            fits[u] = _fit(visits, discrimination, u, min_groups, growth, transfer)
     inside = [f for u, f in fits.items() if lo <= u <= hi] + [best]
     k0s, sps = [f.skill0 for f in inside], [f.spread for f in inside]
     best.skill0_range, best.spread_range = (min(k0s), max(k0s)), (min(sps), max(sps))
 
 
+def exposure(visit: Visit, k: int, transfer: float = TRANSFER) -> float:
+    """The signal that moved the skill of a visit's task before it, per uniform batch, in the simulator's
+    world of k tasks: transfer * X + (1 - transfer) * k * X_t (X all the signal, X_t its task's; module
+    docstring). A visit with no task signal (or k <= 1) has X: every task moved alike."""
+    if k <= 1 or visit.task_signal is None:
+        return visit.signal
+    return transfer * visit.signal + (1.0 - transfer) * k * visit.task_signal
+
+
 def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, min_groups: int,
-         growth: bool = False) -> WorldFit:
+         growth: bool = False, transfer: float = TRANSFER) -> WorldFit:
     import torch
 
     if len(visits) < min_groups:
@@ -332,12 +451,13 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
                            f"prompts are sometimes {'solved' if what == 'wrong' else 'failed'}")
     learn = len({v.signal for v in visits}) > 1  # first visits at different points of training
     growth = growth and learn
-    counts = Counter((tasks.index(v.task), v.n, v.correct, v.signal) for v in visits)
+    counts = Counter((tasks.index(v.task), v.n, v.correct, v.signal, exposure(v, len(tasks), transfer)) for v in visits)
     keys = list(counts)
     t_idx = torch.tensor([k[0] for k in keys])
     n = torch.tensor([k[1] for k in keys], dtype=torch.float64)
     c = torch.tensor([k[2] for k in keys], dtype=torch.float64)
     x = torch.tensor([k[3] for k in keys], dtype=torch.float64)
+    x_task = torch.tensor([k[4] for k in keys], dtype=torch.float64)  # what moved the visit's task (exposure)
     w = torch.tensor([counts[k] for k in keys], dtype=torch.float64)
     zero = (c == 0).to(torch.float64)
     log_binom = torch.lgamma(n + 1) - torch.lgamma(c + 1) - torch.lgamma(n - c + 1)
@@ -352,7 +472,7 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
 
     def nll(theta: torch.Tensor) -> torch.Tensor:
         levels, log_s = theta[: len(tasks)], theta[len(tasks)]
-        gain = theta[len(tasks) + 1] * x if learn else 0.0  # skill gained before the visit (the signal law)
+        gain = theta[len(tasks) + 1] * x_task if learn else 0.0  # skill gained before the visit (the signal law)
         # the spread at the visit: fixed, or growing with the signal (sd^2 = s^2 + (g x)^2; g's sign is moot)
         sd = torch.sqrt(torch.exp(2 * log_s) + (theta[len(tasks) + 2] * x) ** 2) if growth else torch.exp(log_s)
         log_u = (torch.nn.functional.logsigmoid(theta[-1]) if unsolvable is None
@@ -397,7 +517,7 @@ def _fit(visits: list[Visit], discrimination: float, unsolvable: float | None, m
     u = float(torch.sigmoid(theta[-1])) if unsolvable is None else float(unsolvable)
     fit = WorldFit(tasks, theta[:k].tolist(), float(torch.exp(theta[k])), u, len(visits), -val,
                    unsolvable_given=unsolvable is not None, learning=float(theta[k + 1]) if learn else None,
-                   growth=abs(float(theta[k + 2])) if growth else None)
+                   growth=abs(float(theta[k + 2])) if growth else None, transfer=transfer)
     ses = _standard_errors(nll, theta, k, fitted_u=unsolvable is None)
     fit.se_skill0, fit.se_spread = ses[0], ses[1]
     fit.se_learning = ses[2] if learn else None
@@ -444,10 +564,12 @@ def predicted_histogram(fit: WorldFit, n: int, discrimination: float = 1.5, size
         u = np.where(t < 0, 1.0, fit.unsolvable_in_fitted_tasks)
         t = np.maximum(t, 0)
         x = np.asarray([v.signal for v in visits])[pick]
+        x_task = np.asarray([exposure(v, len(fit.tasks), fit.transfer) for v in visits])[pick]
     else:
         shares = np.asarray(task_shares if task_shares is not None else [1.0] * len(fit.tasks), dtype=float)
         t, x = rng.choice(len(fit.tasks), size, p=shares / shares.sum()), np.zeros(size)
-    level = np.asarray(fit.levels)[t] + (fit.learning or 0.0) * x
+        x_task = x
+    level = np.asarray(fit.levels)[t] + (fit.learning or 0.0) * x_task
     sd = np.sqrt(fit.spread**2 + ((fit.growth or 0.0) * x) ** 2)
     a = np.exp(rng.normal(math.log(discrimination), 0.25, size))
     q = 1.0 / (1.0 + np.exp(-a * (level - sd * rng.standard_normal(size))))

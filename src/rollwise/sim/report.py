@@ -1,5 +1,5 @@
-"""Summaries of simulated runs: per-strategy statistics with 95% bootstrap intervals, a rich
-table, a markdown table and the accuracy-vs-budget curves as a PNG."""
+"""Summaries of simulated runs: per-strategy statistics with 95% Student-t intervals of the mean
+over seeds, a rich table, a markdown table and the accuracy-vs-budget curves as a PNG."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from rollwise.sim.runner import RunResult
 
 GRID = 201
 MIN_CI_SEEDS = 3  # fewer contributing seeds: the mean alone, marked (n=...)
+# Student t's 0.975 quantiles for 1..30 degrees of freedom (to 9 digits; above 30 `t975` expands about 1.96)
+T975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252, 2.306004135,
+        2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546, 2.119905299,
+        2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845, 2.073873068, 2.068657610, 2.063898562,
+        2.059538553, 2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456)
 
 
 @dataclass
@@ -29,22 +34,43 @@ class Stat:
         if self.n == 0 or not math.isfinite(self.mean):
             return "never"
         m, lo, hi = self.mean / scale, self.lo / scale, self.hi / scale
-        if self.n < MIN_CI_SEEDS:  # a bootstrap over 1-2 values is [min, max], no 95% interval
+        if self.n < MIN_CI_SEEDS:  # over 2 values the 95% interval is the mean +- 6.4x their distance: no use
             return f"{m:.{digits}f} (n={self.n})"
         return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def bootstrap(x: np.ndarray, seed: int = 0, reps: int = 2000) -> Stat:
-    """Mean and 95% percentile-bootstrap interval over seeds (NaNs dropped)."""
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom: the table to 30, above it the
+    Cornish-Fisher expansion in 1/df about the normal's 1.96 (within 1e-6 there)."""
+    if df < 1:
+        raise ValueError(f"t975: {df} degrees of freedom")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959963984540054
+    terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96, (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+             (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)
+    return z + sum(g / df ** (k + 1) for k, g in enumerate(terms))
+
+
+def mean_interval(x: np.ndarray, bounds: tuple[float, float] = (-math.inf, math.inf)) -> Stat:
+    """Mean over seeds (NaNs dropped) and its 95% Student-t interval, mean +- t(0.975, n-1) s / sqrt(n),
+    cut to `bounds` (a share's [0, 1]: the mean cannot lie outside). Over 3-5 seeds a percentile
+    bootstrap of the mean, which this replaced, held the mean about 74-85% of the time instead of 95%
+    (its spread is s * sqrt((n-1)/n) / sqrt(n) and it cuts at 1.96, not t); at 20 seeds this is about
+    10% wider than it was."""
     x = np.asarray(x, dtype=float)
     x = x[np.isfinite(x)]
     if len(x) == 0:
         return Stat(float("nan"), float("nan"), float("nan"), 0)
-    if len(x) == 1:
-        return Stat(float(x[0]), float(x[0]), float(x[0]), 1)
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), (reps, len(x)))].mean(axis=1)
-    return Stat(float(x.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)), len(x))
+    if len(x) == 1 or np.ptp(x) == 0:  # all seeds equal: the interval is the point (no rounding noise)
+        return Stat(float(x[0]), float(x[0]), float(x[0]), len(x))
+    m = float(x.mean())
+    half = t975(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return Stat(m, max(m - half, min(bounds[0], m)), min(m + half, max(bounds[1], m)), len(x))
+
+
+SHARE = (0.0, 1.0)
+CI_TITLE = "95% t-interval of the mean over seeds"  # in the command's title; the PNG's says what its bands are
 
 
 def spend(r: RunResult, unit: str) -> np.ndarray:
@@ -109,16 +135,16 @@ def summarize(results: dict[str, list[RunResult]], unit: str, target: float | No
                             if np.isfinite(x) and r.latency is not None and base_latency.get(r.seed) else float("nan")
                             for r, x in zip(runs, reach)])
         out[name] = {
-            "reach": bootstrap(reach),
-            "reach_share": bootstrap(reach / total),
-            # a share of uniform's run: not defined without a uniform row (not "never")
-            "latency_share": bootstrap(latency) if base_latency else Stat(math.nan, math.nan, math.nan, -1),
-            "final": bootstrap(curves[:, -1]),
-            "auc": bootstrap(np.array([area(r, unit) for r in runs])),  # exact, not the grid's mean
-            "effective": bootstrap(np.array([r.effective / max(r.generated, 1) for r in runs])),
-            "effective_trained": bootstrap(np.array([r.effective / max(r.trained, 1) for r in runs])),
-            "all_wrong": bootstrap(np.array([r.all_wrong for r in runs])),
-            "all_correct": bootstrap(np.array([r.all_correct for r in runs])),
+            "reach": mean_interval(reach, (0.0, float(total.max()))),  # capped at the run's total, as its share at 1
+            "reach_share": mean_interval(reach / total, SHARE),
+            # a share of uniform's run: not defined without a uniform row (not "never"); above 1 when slower
+            "latency_share": mean_interval(latency, (0.0, math.inf)) if base_latency else Stat(math.nan, math.nan, math.nan, -1),
+            "final": mean_interval(curves[:, -1], SHARE),
+            "auc": mean_interval(np.array([area(r, unit) for r in runs]), SHARE),  # exact, not the grid's mean
+            "effective": mean_interval(np.array([r.effective / max(r.generated, 1) for r in runs]), SHARE),
+            "effective_trained": mean_interval(np.array([r.effective / max(r.trained, 1) for r in runs]), SHARE),
+            "all_wrong": mean_interval(np.array([r.all_wrong for r in runs]), SHARE),
+            "all_correct": mean_interval(np.array([r.all_correct for r in runs]), SHARE),
         }
     return out
 
@@ -196,12 +222,15 @@ def plot_curves(results: dict[str, list[RunResult]], unit: str, path: Path, titl
         x = np.linspace(0, total, GRID)
         c = np.array([curve(r, unit) for r in runs])
         m = c.mean(axis=0)
-        se = c.std(axis=0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros_like(m)
+        # the table's rule: mean +- t(0.975, n-1) SE, no band below MIN_CI_SEEDS seeds
+        n = len(runs)
+        half = t975(n - 1) * c.std(axis=0, ddof=1) / math.sqrt(n) if n >= MIN_CI_SEEDS else np.zeros_like(m)
         top = name == "uniform"  # drawn over the rest: rows equal to it would hide it otherwise
         line, = ax.plot(x, m, label=name, lw=2.2 if top else 1.4, zorder=3 if top else 2,
                         color="black" if top else None)
-        ax.fill_between(x, m - 1.96 * se, m + 1.96 * se, alpha=0.15, color=line.get_color(), zorder=1)
-    title = title.replace("95% bootstrap CI", "bands: mean +- 1.96 SE over seeds (unpaired)")
+        ax.fill_between(x, np.maximum(m - half, 0.0), np.minimum(m + half, 1.0), alpha=0.15, color=line.get_color(),
+                        zorder=1)
+    title = title.replace(CI_TITLE, f"bands: 95% t-interval of the mean over seeds (unpaired; none under {MIN_CI_SEEDS} seeds)")
     ax.set_xlabel(f"cumulative {unit} generated (discarded included)")
     ax.set_ylabel("held-out accuracy")
     ax.set_title("\n".join(textwrap.wrap(title, 100)), fontsize=8)

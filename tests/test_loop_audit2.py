@@ -139,3 +139,40 @@ def test_resuming_an_older_run_with_a_relative_cache_dir_reports_no_change(tiny_
     capsys.readouterr()
     assert main(["train", "--resume", str(run)]) == 0  # finished: nothing to train, and no change refused
     assert "the resume changes model.cache_dir" not in capsys.readouterr().err
+
+
+def test_a_resume_of_a_run_stopped_by_its_token_budget_or_early_records_no_setting_change(tiny_model_dir, tmp_path,
+                                                                                          capsys, monkeypatch):
+    """As at train.max_steps: a run that stopped on its train.max_rollout_tokens or its patience trains no step on a
+    plain resume, so a changed setting was recorded in config.yaml and environment.json that no step ran with."""
+    from test_async_audit2 import _scripted
+
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "budget", 8, ["eval.at_start=false", "eval.at_end=false",
+                                                                         "train.max_rollout_tokens=100"])]) == 0
+    run = tmp_path / "budget"
+    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]"]) == 2
+    err = capsys.readouterr().err
+    assert "has spent its train.max_rollout_tokens=100" in err and "the change to reward.functions" in err, err
+    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]",
+                 "train.max_rollout_tokens=200"]) == 0  # a larger budget trains with the change, which is recorded
+    assert "exact_match" in (run / "config.yaml").read_text()
+
+    _scripted(monkeypatch, {0: 0.5, 1: 0.4, 2: 0.3, 3: 0.3, 4: 0.6, 5: 0.6, 6: 0.6})
+    stop = ["eval.at_start=true", "eval.at_end=true", "eval.every_n_steps=1", "eval.early_stopping_patience=2"]
+    assert main(["train", *_args(tiny_model_dir, tmp_path, "early", 6, stop)]) == 0
+    run = tmp_path / "early"
+    assert [r["step"] for r in _train_lines(run)] == [1, 2]
+    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "train.learning_rate=0.01"]) == 2
+    err = capsys.readouterr().err
+    assert "stopped early at step 2" in err and "the change to train.learning_rate" in err, err
+    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    # the setting that stops it may change alone (a lower patience is still reached): recorded, nothing trains
+    assert main(["train", "--resume", str(run), "eval.early_stopping_patience=1"]) == 0
+    assert "early_stopping_patience: 1" in (run / "config.yaml").read_text()
+    assert main(["train", "--resume", str(run), "train.learning_rate=0.01", "eval.early_stopping_patience=0"]) == 0
+    assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4, 5, 6]

@@ -281,16 +281,33 @@ def resumed_config_changes(run_dir: Path, cfg: Config) -> tuple[dict[str, list[A
 
 
 def refuse_idle_changes(run: Run, changes: dict[str, list[Any]] | None) -> None:
-    """A resume of a run that finished its train.max_steps, without a larger one, trains no step: it must not
-    record setting changes, or config.yaml and the summary would say the run used settings no step ran with, and
-    `rollwise eval RUN_DIR` would score with them. The run's own settings (run.*) may change. (A change that
-    itself stops the run, a patience or a token budget already reached, is recorded: it is what the run did.)"""
+    """A resume of a run that finished its train.max_steps, stopped early or spent its train.max_rollout_tokens,
+    without a setting that lets it go on, trains no step: it must not record setting changes, or config.yaml and the
+    summary would say the run used settings no step ran with, and `rollwise eval RUN_DIR` would score with them.
+    The run's own settings (run.*) may change, and so may the setting that stops it (a patience or a token budget
+    lowered to one already reached is recorded: it is what the run did) and, for a run stopped before its
+    train.max_steps, train.max_steps (how far it may go, not how a step trains)."""
     changed = [k for k in changes or () if not k.startswith("run.")]
-    if changed and run.start_step >= run.cfg.train.max_steps:
-        raise ConfigError(f"--resume {run.run_dir}: the run has finished its train.max_steps={run.cfg.train.max_steps}, "
-                          f"so no step would train with the change to {', '.join(changed)}, and nothing was changed. "
-                          "To train on, give a larger train.max_steps as well; to evaluate its weights under other "
-                          f"settings, use `rollwise eval {run.run_dir} KEY=VALUE ...`")
+    cfg = run.cfg
+    if not changed:
+        return
+    if run.start_step >= cfg.train.max_steps:
+        why, stoppers, more = f"has finished its train.max_steps={cfg.train.max_steps}", (), "a larger train.max_steps"
+    elif run.best.should_stop:
+        why = f"stopped early at step {run.start_step} (eval.early_stopping_patience={cfg.eval.early_stopping_patience})"
+        stoppers = ("eval.early_stopping_patience", "eval.early_stopping_min_delta", "train.max_steps")
+        more = "a larger eval.early_stopping_patience (or 0)"
+    elif token_budget_spent(cfg, run.totals["tokens"]):
+        why = (f"has spent its train.max_rollout_tokens={cfg.train.max_rollout_tokens} "
+               f"({run.totals['tokens']:,.0f} tokens generated)")
+        stoppers, more = ("train.max_rollout_tokens", "train.max_steps"), "a larger train.max_rollout_tokens"
+    else:
+        return
+    idle = [k for k in changed if k not in stoppers]
+    if idle:
+        raise ConfigError(f"--resume {run.run_dir}: the run {why}, so no step would train with the change to "
+                          f"{', '.join(idle)}, and nothing was changed. To train on, give {more} as well; to evaluate "
+                          f"its weights under other settings, use `rollwise eval {run.run_dir} KEY=VALUE ...`")
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:

@@ -174,5 +174,7 @@ def test_a_resume_of_a_run_stopped_by_its_token_budget_or_early_records_no_setti
     # the setting that stops it may change alone (a lower patience is still reached): recorded, nothing trains
     assert main(["train", "--resume", str(run), "eval.early_stopping_patience=1"]) == 0
     assert "early_stopping_patience: 1" in (run / "config.yaml").read_text()
-    assert main(["train", "--resume", str(run), "train.learning_rate=0.01", "eval.early_stopping_patience=0"]) == 0
+    assert main(["train", "--resume", str(run), "train.max_steps=2"]) == 0  # to the step it stopped at, as well
+    assert main(["train", "--resume", str(run), "train.learning_rate=0.01", "eval.early_stopping_patience=0",
+                 "train.max_steps=6"]) == 0
     assert [r["step"] for r in _train_lines(run)] == [1, 2, 3, 4, 5, 6]

@@ -1,5 +1,5 @@
 """The 95% intervals of `rollwise simulate`'s table and PNG hold the mean about 95% of the time at every
-seed count that gets an interval (a percentile bootstrap held it 75-85% of the time over 3-5 seeds)."""
+seed count that gets an interval (a percentile bootstrap held it 71-83% of the time over 3-5 seeds)."""
 
 from __future__ import annotations
 

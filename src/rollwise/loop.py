@@ -285,15 +285,13 @@ def refuse_idle_changes(run: Run, changes: dict[str, list[Any]] | None) -> None:
     without a setting that lets it go on, trains no step: it must not record setting changes, or config.yaml and the
     summary would say the run used settings no step ran with, and `rollwise eval RUN_DIR` would score with them.
     The run's own settings (run.*) may change, and so may the setting that stops it (a patience or a token budget
-    lowered to one already reached is recorded: it is what the run did) and, for a run stopped before its
-    train.max_steps, train.max_steps (how far it may go, not how a step trains)."""
+    lowered to one already reached is recorded: it is what the run did) and, for a run stopped early or by its
+    token budget, train.max_steps (how far it may go, not how a step trains; lowered to the step it stopped at too)."""
     changed = [k for k in changes or () if not k.startswith("run.")]
     cfg = run.cfg
     if not changed:
         return
-    if run.start_step >= cfg.train.max_steps:
-        why, stoppers, more = f"has finished its train.max_steps={cfg.train.max_steps}", (), "a larger train.max_steps"
-    elif run.best.should_stop:
+    if run.best.should_stop:
         why = f"stopped early at step {run.start_step} (eval.early_stopping_patience={cfg.eval.early_stopping_patience})"
         stoppers = ("eval.early_stopping_patience", "eval.early_stopping_min_delta", "train.max_steps")
         more = "a larger eval.early_stopping_patience (or 0)"
@@ -301,6 +299,8 @@ def refuse_idle_changes(run: Run, changes: dict[str, list[Any]] | None) -> None:
         why = (f"has spent its train.max_rollout_tokens={cfg.train.max_rollout_tokens} "
                f"({run.totals['tokens']:,.0f} tokens generated)")
         stoppers, more = ("train.max_rollout_tokens", "train.max_steps"), "a larger train.max_rollout_tokens"
+    elif run.start_step >= cfg.train.max_steps:
+        why, stoppers, more = f"has finished its train.max_steps={cfg.train.max_steps}", (), "a larger train.max_steps"
     else:
         return
     idle = [k for k in changed if k not in stoppers]

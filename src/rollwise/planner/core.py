@@ -8,7 +8,8 @@
 Budget: `budget_rollouts` per step, or `budget_tokens` per step converted to rollouts with a
 running mean response length; the tokens over- or under-spent are carried to later steps in full,
 so the budget holds over the run: a step spends at most one budget of credit on top of its own and
-repays at most half a budget of debt, so no step after a long one is starved. Multi-round strategies treat the budget as their
+repays at most half a budget of debt, so a step after a long one is still planned at least half a budget
+(converted with the mean length: one that draws short prompts can still spend far less). Multi-round strategies treat the budget as their
 target: DAPO may generate more than it (every rollout is counted), AR3PO may spend less. Each round's
 allocation is planned on what the step has left; a DAPO back-fill round on at least num_generations x
 its prompts (its documented over-sampling), which the allocator divides among them.

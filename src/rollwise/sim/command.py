@@ -185,7 +185,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "depend on it.")
     p.add_argument("--out", type=Path, default=Path("runs/simulate"),
                    help="Folder for curves.png, table.md and results.json (default runs/simulate).")
-    p.add_argument("--quiet", action="store_true", help="Print only the table.")
+    p.add_argument("--quiet", action="store_true", help="Print only the table (warnings still go to stderr).")
 
 
 def prepare(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]], Any, SimParams]:

@@ -81,7 +81,7 @@ class Visit:
     task: str
     outcomes: str  # "1" correct, "0" not, in the order requested
     step: int
-    signal: float = 0.0  # effective samples the run had trained on before this step, per uniform batch
+    signal: float = 0.0  # effective samples trained on before this step, per uniform batch (k-th signal: decay^k)
     cut: int | None = None  # samples at the run's length cap (None: the run logged no lengths, or no cap)
     task_signal: float | None = None  # the part of `signal` from prompts of this visit's task (None: unknown)
 

@@ -11,7 +11,7 @@ a budget ("starved"). Worlds:
 - sim / simwide: the simulator's default world (32 prompts x 8, 150 steps, a budget of 256 mean-length
   rollouts), and one with lengths spread wider (length_difficulty 0.5, length_sigma 0.9).
 
-    .venv/bin/python bench/token_budget.py lognormal twolen sim simwide
+    .venv/bin/python bench/token_budget_worlds.py lognormal twolen sim simwide
 """
 import sys
 

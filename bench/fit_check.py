@@ -10,6 +10,10 @@ share (when the run calls for one) and with `--unsolvable 0`.
 
 The run: `rollwise train planner.strategy=uniform eval.at_start=false eval.at_end=false
 run.name=fit-uniform40` (the default job's 40 steps, 9 min on 2 cores).
+
+Since 2026-12-07 night the fit counts a prompt's k-th signal at 0.85^k (the simulator's default
+--revisit-decay) and splits each task's learning by its transfer; the figures in bench/RESULTS.md
+from before then were fitted with revisits counted in full and every task moving alike.
 """
 
 from __future__ import annotations

@@ -367,7 +367,7 @@ class PlannerConfig(_Section):
     budget_tokens: int | None = Field(
         None, gt=0, description="Response tokens per step instead of a rollout budget (over- or under-spending carried to "
         "later steps in full: a step spends at most one budget of credit and repays at most half a budget of debt; "
-        "DAPO's back-fill can exceed it every step)."
+        "DAPO's back-fill can exceed it every step, and its debt, never repaid, then plans each step at half a budget)."
     )
     min_samples_per_prompt: int | None = Field(
         None, gt=0, description="knapsack and rank (e3) allocators: fewest samples a rolled-out prompt gets "

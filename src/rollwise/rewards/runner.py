@@ -166,8 +166,11 @@ def _worker_main(conn: Connection, names: list[str], sys_path: list[str], parent
                  lifeline: Connection | None = None, token: str = "") -> None:
     if token:  # before the watchdog starts: the processes its functions start carry it (see _kill_marked)
         os.environ[_TOKEN_VAR] = token
-    if hasattr(os, "setpgrp"):  # a group of its own: a kill also ends the processes its reward functions start
-        os.setpgrp()
+    if hasattr(os, "setsid"):  # a group of its own: a kill also ends the processes its reward functions start
+        # in a session of its own too: in the trainer's, the trainer's death orphaned the group while the watchdog
+        # had it stopped, and the kernel's SIGHUP to such a group ended the worker before the watchdog found the
+        # programs that had left its group (they ran on, 1 kill in 15 under load)
+        os.setsid()
         if lifeline is not None:
             _start_watchdog(lifeline)
     adopts = _become_subreaper()  # and those that leave the group, through it (see rollwise.rewards.proctree)

@@ -294,8 +294,9 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"rollwise simulate: warning: {line}", file=sys.stderr)
     if fitted is not None and not args.quiet:
         print_fit(args, *fitted)
-    if fitted is not None and cut_warning(fitted[0]):
-        print(f"rollwise simulate: warning: {cut_warning(fitted[0])}", file=sys.stderr)
+    cut = cut_warning(fitted[0]) if fitted is not None else None
+    if cut:
+        print(f"rollwise simulate: warning: {cut}", file=sys.stderr)
     if fitted is not None and args.unit == "tokens":
         print("rollwise simulate: warning: --fit does not fit response lengths (the simulator's own length model is "
               "used); compare strategies in rollouts", file=sys.stderr)

@@ -372,13 +372,9 @@ def test_closing_leaves_no_process_behind_also_after_a_timeout(fns, tmp_path):
                 os.kill(p, signal.SIGKILL)
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"), reason="reads /proc")
-def test_a_killed_trainer_ends_a_worker_stuck_in_a_call_that_holds_the_gil(fns, tmp_path):
-    """The worker watched for the trainer's death from a thread, which cannot run while a reward call holds the GIL
-    (a regex that backtracks, a C loop): the worker outlived the killed trainer, busy, for as long as that call ran."""
-    import subprocess
-
-    pidfile = tmp_path / "worker.pid"
+def trainer_script(tmp_path: Path, function: str, completion: str, answer: Path) -> Path:
+    """A trainer, as a script of its own (to be killed): scores `completion` with reward function `function` for an
+    item whose gold answer is `answer` (a path the function reads), with a timeout it never reaches."""
     script = tmp_path / "run.py"
     script.write_text(
         "import sys\n"
@@ -387,8 +383,19 @@ def test_a_killed_trainer_ends_a_worker_stuck_in_a_call_that_holds_the_gil(fns, 
         "from rollwise.rewards import RewardRunner\n"
         "from rollwise.types import PromptItem\n"
         "if __name__ == '__main__':\n"
-        f"    cfg = RewardConfig(functions=[{{'name': {fns + 'holds_the_gil'!r}}}], timeout=600)\n"
-        f"    RewardRunner(cfg).score(['x'], [PromptItem('u', 't', 'q', {str(pidfile)!r})])\n")
+        f"    cfg = RewardConfig(functions=[{{'name': {function!r}}}], timeout=600)\n"
+        f"    RewardRunner(cfg).score([{completion!r}], [PromptItem('u', 't', 'q', {str(answer)!r})])\n")
+    return script
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"), reason="reads /proc")
+def test_a_killed_trainer_ends_a_worker_stuck_in_a_call_that_holds_the_gil(fns, tmp_path):
+    """The worker watched for the trainer's death from a thread, which cannot run while a reward call holds the GIL
+    (a regex that backtracks, a C loop): the worker outlived the killed trainer, busy, for as long as that call ran."""
+    import subprocess
+
+    pidfile = tmp_path / "worker.pid"
+    script = trainer_script(tmp_path, fns + "holds_the_gil", "x", pidfile)
     run = subprocess.Popen([sys.executable, str(script)])
     pid = None
     try:

@@ -22,9 +22,10 @@ try:
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from test_reward_runner_audit import trainer_script
+
 from rollwise.config import RewardConfig
 from rollwise.rewards import RewardRunner, verifiers
-from rollwise.rewards import runner as runner_mod
 from rollwise.types import PromptItem
 
 LINUX = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
@@ -229,16 +230,7 @@ def test_a_daemon_a_reward_function_forked_twice_ends_with_the_worker(fns, start
 @needs_proc
 def test_a_killed_trainer_also_ends_the_programs_that_left_the_workers_group(fns, started, tmp_path):
     """The watchdog's group kill, when the trainer died, left a program started with start_new_session=True."""
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path[:0] = {[str(Path(runner_mod.__file__).resolve().parents[2])]!r}\n"
-        "from rollwise.config import RewardConfig\n"
-        "from rollwise.rewards import RewardRunner\n"
-        "from rollwise.types import PromptItem\n"
-        "if __name__ == '__main__':\n"
-        f"    cfg = RewardConfig(functions=[{{'name': {fns + 'setsid_child'!r}}}], timeout=600)\n"
-        f"    RewardRunner(cfg).score(['hang'], [PromptItem('u', 't', 'q', {str(started.path)!r})])\n")
+    script = trainer_script(tmp_path, fns + "setsid_child", "hang", started.path)
     run = subprocess.Popen([sys.executable, str(script)])
     try:
         deadline = time.monotonic() + 60  # bounds on the waits, not timings under test

@@ -1,6 +1,6 @@
 """The reward worker's descendants: find and end the processes the worker's reward functions start (Linux, /proc).
 
-The worker runs in a process group of its own, and a group kill (os.killpg) ended the processes its reward
+The worker runs in a session and process group of its own, and a group kill (os.killpg) ended the processes its reward
 functions start. A process that leaves the group (setsid, subprocess's start_new_session=True, a daemon's double
 fork) escaped it and ran on after a timeout, a crash or close(). So, on Linux (/proc):
 - the worker is a "child subreaper" (prctl PR_SET_CHILD_SUBREAPER): a descendant whose parent dies (a double fork)

@@ -29,6 +29,7 @@ _EVAL_UNREAD = ("rollout.engine", "rollout.batch_size", "rollout.num_slots")
 # settings of training alone: `rollwise eval` reads data, reward, model, eval.batch_size / max_completion_length /
 # pass_k, rollout's sampling settings, run.seed and run.torch_threads
 _TRAINING_ONLY = ("train.", "algo.", "planner.", "distributed.", "run.progress", "run.save_every", "run.keep_checkpoints",
+                  "run.tensorboard",
                   "eval.every_n_steps", "eval.at_start", "eval.at_end", "eval.save_best", "eval.early_stopping",
                   "rollout.prompts_per_step", "rollout.num_generations", "rollout.partial_", "rollout.overlap_rounds",
                   "rollout.retention_limit", "rollout.spec", "rollout.vllm_", "reward.truncated_reward", "reward.overlong_")
@@ -55,6 +56,11 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
     if training:
         print(f"rollwise: warning: {', '.join(training)} has no effect here: it is a setting of training, and "
               "`rollwise eval` trains nothing", file=sys.stderr)
+    naming = [k for k in given if k in ("run.name", "run.output_dir")]
+    if naming:  # `rollwise eval run.name=NAME` evaluated the base model without a word
+        print(f"rollwise: warning: {', '.join(naming)} has no effect here: `rollwise eval` evaluates "
+              f"{target or 'model.name_or_path'}, not a run named by these; to evaluate a run give its folder: "
+              "`rollwise eval RUN_OUTPUT_DIR/RUN_NAME`", file=sys.stderr)
     ckpt = None
     if target:
         t = Path(target)
@@ -76,6 +82,12 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
             if ckpt is None:
                 raise FileNotFoundError(no_checkpoint_message(run_dir, command))
             return cfg, ckpt
+        if t.is_dir() and not (t / "config.json").is_file() \
+                and any((t / n).exists() for n in ("checkpoints", "metrics.jsonl", "environment.json")):
+            # a run folder without its config.yaml: read as a model folder, the error said to run this very command
+            raise FileNotFoundError(f"run folder {t} has no config.yaml, so the base model and settings of its "
+                                    "checkpoints are unknown: put back a copy of that file (a run stopped before "
+                                    "writing it has no checkpoint: start it again)")
         if not t.exists() and looks_local(target):
             raise FileNotFoundError(f"'{target}' not found: give a run folder (runs/<name>), a checkpoint folder "
                                     "(runs/<name>/checkpoints/step_N) or a model folder")

@@ -35,6 +35,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _modes_of_umask(folder: Path) -> None:
+    """Give the written files the modes the umask gives new files: safetensors writes the weights 0600, which left
+    an exported model that another user or a server running under another account cannot read."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in folder.iterdir():
+        if f.is_file() and not f.is_symlink():
+            os.chmod(f, 0o666 & ~mask)
+
+
 def run_export_command(args: argparse.Namespace) -> int:
     import torch
 
@@ -84,6 +94,7 @@ def run_export_command(args: argparse.Namespace) -> int:
         (tmp / "rollwise_export.json").write_text(json.dumps({
             "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path,
             "lora_merged": cfg.model.lora.enabled, "dtype": args.dtype}, indent=1) + "\n")
+        _modes_of_umask(tmp)
         if not existed:
             os.replace(tmp, out)
     except BaseException:

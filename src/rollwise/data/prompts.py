@@ -4,7 +4,7 @@ The user message is the question, a newline and `cfg.instruction`. With
 `use_chat_template` and a tokenizer that has a chat template, it is wrapped as chat
 messages (with `cfg.system_prompt` as a system message when set) and rendered with
 `apply_chat_template(..., add_generation_prompt=True)`. If the template refuses a system
-message, the system prompt is put in front of the user message instead. With
+message (or renders it as nothing), the system prompt is put in front of the user message instead. With
 `use_chat_template: false` the plain user text is the prompt, and the system prompt is not
 used (`rollwise train` warns of a system prompt set). With `use_chat_template` and a tokenizer
 without a chat template (or a template that fails), the prompt is plain text too, with the
@@ -29,6 +29,17 @@ def user_text(item: PromptItem, cfg: DataConfig) -> str:
     return f"{item.question}\n{cfg.instruction}" if cfg.instruction else item.question
 
 
+def _drops_system(tokenizer: Any, out: str, system: str, user: dict[str, str]) -> bool:
+    """Whether the template renders the system message as nothing: `out` (rendered with it) is what another
+    system message gives too. (Not compared with the user message alone: a template may put a default system
+    message there, the very one given.)"""
+    other = [{"role": "system", "content": f"{system}\n(another system message)"}, user]
+    try:
+        return out == str(tokenizer.apply_chat_template(other, tokenize=False, add_generation_prompt=True))
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _render(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> tuple[str, bool]:
     """(prompt text, whether a chat template rendered it)."""
     text = user_text(item, cfg)
@@ -46,11 +57,17 @@ def _render(item: PromptItem, tokenizer: Any, cfg: DataConfig) -> tuple[str, boo
     if cfg.system_prompt:
         merged = {"role": "user", "content": f"{cfg.system_prompt}\n\n{text}"}
         attempts = [[{"role": "system", "content": cfg.system_prompt}, user], [merged]]
+    error: Exception | None = None
     for messages in attempts:
         try:
             out = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001  (a template that rejects the system role)
             error = e
+            continue
+        if len(messages) == 2 and _drops_system(tokenizer, str(out), cfg.system_prompt or "", user):
+            if "system_dropped" not in _warned:  # (Phi-3-mini's first template) as if it refused it
+                _warned.add("system_dropped")
+                log.warning("the chat template drops a system message; data.system_prompt goes in front of the question")
             continue
         return str(out), True
     if "template_error" not in _warned:

@@ -32,7 +32,9 @@ left out, counted in a warning.
 
 uids: "<task>:<split>:<index>" (reasoning-gym index, or the row's number in the file from 0, blank lines
 and a CSV header not counted); a task name
-used twice gets "#2", "#3" in the uid. Train items are shuffled by seed; eval keeps task order.
+used twice gets "#2", "#3" in the uid (the next free one where another task is named so). A task whose share of
+`train_size` rounds to 0 is said in a warning. Parquet text stored as bytes (binary columns) is read as UTF-8; a lone surrogate escape in
+JSON ("\\ud83d", half a character) is read as U+FFFD, with a warning. Train items are shuffled by seed; eval keeps task order.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ _COMPRESSED = {".gz": "gunzip -c", ".gzip": "gunzip -c", ".bz2": "bunzip2 -c", "
                ".zip": "unzip -p", ".tgz": "tar -xOzf", ".tar": "tar -xOf"}  # not read; each: how to unpack it to stdout
 _MAGIC = {rb"\x1f\x8b": ".gz", rb"BZh[1-9]1AY&SY": ".bz2", rb"\xfd7zXZ\x00": ".xz", rb"\x28\xb5\x2f\xfd": ".zst",
           rb"PK\x03\x04": ".zip"}  # a compressed file's first bytes
+_SURROGATE = re.compile("[\ud800-\udfff]")  # JSON's "\\ud83d" alone: read by json, refused by every encoder
 _LIST_HINT = "python -c \"import reasoning_gym.factory as f; print(sorted(f.DATASETS))\""
 
 
@@ -91,7 +94,11 @@ def _labels(tasks: list[TaskSpec]) -> list[str]:
     labels: list[str] = []
     for t in tasks:
         k = sum(1 for other in tasks[: len(labels)] if other.name == t.name)
-        labels.append(t.name if k == 0 else f"{t.name}#{k + 1}")
+        label = t.name if k == 0 else f"{t.name}#{k + 1}"
+        while label in labels:  # a task named "a#2" beside two named "a": its own label, so uids never collide
+            k += 1
+            label = f"{t.name}#{k + 1}"
+        labels.append(label)
     return labels
 
 
@@ -456,7 +463,7 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
                 f"data.tasks['{task.name}']: {key} '{col}' is not a column of '{path}'; "
                 f"columns present: {', '.join(columns)}"
             )
-    rows, skipped, dropped_turns, where = [], 0, 0, []
+    rows, skipped, dropped_turns, where, mended = [], 0, 0, [], []
     for i, (place, record) in enumerate(records):
         q, a = record.get(task.prompt_column), record.get(task.answer_column)
         if isinstance(q, list) and not q:  # an empty conversation: no question, skipped like an empty cell
@@ -470,7 +477,18 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
                 raise ConfigError(f"data.tasks['{task.name}']: {place} of '{path}' holds a {type(value).__name__} in "
                                   f"column '{col}' ({str(value)[:80]}); a question and a gold answer are text (a "
                                   "prompt may also be a list of {role, content} messages): convert the column")
+        for value, col in ((q, task.prompt_column), (a, task.answer_column)):
+            if isinstance(value, bytes):  # a Parquet binary column (Spark, Impala write text so): str() gave "b'...'"
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ConfigError(f"data.tasks['{task.name}']: {place} of '{path}' holds bytes in column '{col}' "
+                                      "that are not UTF-8 text; convert the column to text (UTF-8)") from None
+        q, a = (v.decode("utf-8") if isinstance(v, bytes) else v for v in (q, a))
         question, answer = _cell(q), _cell(a)
+        if question is not None and answer is not None and _SURROGATE.search(question + answer):
+            mended.append(place)  # no tokenizer encodes half a character (TypeError far from the file, before)
+            question, answer = _SURROGATE.sub("\ufffd", question), _SURROGATE.sub("\ufffd", answer)
         if question is None or answer is None:
             skipped += 1
             if skipped <= 5:
@@ -481,6 +499,10 @@ def _load_rows(task: TaskSpec) -> list[tuple[int, str, str]]:
         raise ConfigError(f"data.tasks['{task.name}']: no valid rows in '{path}' ({skipped} rows lack a question or "
                           f"answer in the columns '{task.prompt_column}' and '{task.answer_column}'); check "
                           "prompt_column and answer_column, or the file")
+    if mended:
+        log.warning("task '%s': %d rows of '%s' hold a lone surrogate escape (\\ud800-\\udfff: half a character, as "
+                    "in a string cut inside an emoji), which no tokenizer can encode; each is read as U+FFFD (first: "
+                    "%s); fix them in the file", task.name, len(mended), path, mended[0])
     if dropped_turns:
         log.warning("task '%s': %d conversational prompts of '%s' have more than one message; each is trained on its "
                     "last user message alone (set data.system_prompt for a system message)", task.name, dropped_turns,
@@ -525,6 +547,9 @@ def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[Prom
     weights = [t.weight for t in cfg.tasks]
     n_train, n_eval = allocate(cfg.train_size, weights), allocate(cfg.eval_size, weights)
     labels = _labels(cfg.tasks)
+    for k in (k for k, n in enumerate(n_train) if n == 0):  # its weight was accepted: say that it gives nothing
+        log.warning("task '%s': no training items: its share of data.train_size=%d (weight %g of %g) rounds to 0; "
+                    "raise data.train_size or its weight", labels[k], cfg.train_size, weights[k], sum(weights))
     file_parts: dict[int, tuple[list[PromptItem], list[PromptItem]]] = {}
     for k, task in enumerate(cfg.tasks):
         if task.path:

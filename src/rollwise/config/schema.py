@@ -125,7 +125,8 @@ class DataConfig(_Section):
                            "holds out its share of them but at most 20% of its rows (none of a file of 4 rows or fewer).")
     instruction: str = Field(DEFAULT_INSTRUCTION, description="Appended to every question (for example the answer format).")
     system_prompt: str | None = Field(None, description="Optional system message for chat models (with a tokenizer "
-                                      "that has no chat template: put in front of the question, a blank line between).")
+                                      "that has no chat template, or a template that refuses or drops a system "
+                                      "message: put in front of the question, a blank line between).")
     use_chat_template: bool = Field(True, description="Wrap prompts with the tokenizer's chat template. Without one (or "
                                     "with false) a prompt is the question, a newline and data.instruction, with the "
                                     "tokenizer's own special tokens (such as BOS); without a template but with true, "

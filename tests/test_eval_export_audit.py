@@ -4,6 +4,7 @@ Tiny models and hand-built run folders only."""
 from __future__ import annotations
 
 import pytest
+from test_eval_report_audit2 import _fake_run
 
 from rollwise.cli import main
 
@@ -42,28 +43,6 @@ def test_a_run_folder_without_its_config_yaml_is_named_as_such(tmp_path, capsys,
     assert f"run folder {run} has no config.yaml" in err, err
     assert "needs no export" not in err and f"`rollwise eval {run}` evaluates it" not in err, err
     assert not (tmp_path / "out").exists()
-
-
-def _fake_run(tmp_path, model_dir):
-    """A run folder as `rollwise train` leaves it, without training: its config.yaml and one checkpoint holding the
-    tiny model's own weights."""
-    import yaml
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM
-
-    from rollwise.config import build_config, config_to_dict
-
-    raw = {"model": {"name_or_path": str(model_dir), "dtype": "float32"},
-           "data": {"tasks": [{"name": "chain_sum", "params": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}],
-                    "train_size": 40, "eval_size": 8},
-           "reward": {"functions": [{"name": "exact_match"}]}, "run": {"torch_threads": 1, "progress": False}}
-    run = tmp_path / "run"
-    (run / "checkpoints" / "step_000002").mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump(config_to_dict(build_config(raw))))
-    sd = AutoModelForCausalLM.from_pretrained(str(model_dir)).state_dict()
-    save_file({k: v.clone().contiguous() for k, v in sd.items() if k != "lm_head.weight"},
-              str(run / "checkpoints" / "step_000002" / "weights.safetensors"))
-    return run
 
 
 def test_the_exported_weights_are_readable_as_the_umask_allows(tiny_model_dir, tmp_path):

@@ -103,6 +103,16 @@ def test_a_task_whose_share_rounds_to_nothing_is_told(tmp_path: Path, caplog: py
     with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
         build_items(cfg.model_copy(update={"train_size": 101}), seed=0)  # shares 100 and 1: nothing to say
     assert "no training items" not in caplog.text
+    # `rollwise eval` trains nothing: it is told of the held-out share it uses (5 -> [5, 0]), not of training's
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
+        build_items(cfg, seed=0, empty_share="eval")
+    assert "no training items" not in caplog.text
+    assert "task 'f': no held-out items: its share of data.eval_size=5 (weight 1 of 101) rounds to 0" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rollwise.data.tasks"):
+        build_items(cfg, seed=0, empty_share=None)  # the run's training items, rebuilt by `rollwise eval`
+    assert "no " not in caplog.text
 
 
 def test_a_lone_surrogate_escape_is_mended_and_told(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -26,6 +26,19 @@ def test_eval_says_run_name_and_output_dir_do_not_pick_the_run(tiny_model_dir, c
 
 
 @pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_checkpoint_folder_of_a_run_without_its_config_yaml_names_the_run(tmp_path, capsys, command):
+    """A checkpoint folder in its run, whose config.yaml is gone: the error said to put the checkpoint back under its
+    run folder, where it is."""
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "weights.safetensors").write_bytes(b"")
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    assert main([command, str(ckpt)] + ([str(tmp_path / "out")] if command == "export" else [])) == 2
+    err = capsys.readouterr().err
+    assert f"run folder {tmp_path / 'run'} has no config.yaml" in err and "put it back under" not in err, err
+
+
+@pytest.mark.parametrize("command", ["eval", "export"])
 @pytest.mark.parametrize("leftover", ["checkpoints", "metrics.jsonl"])
 def test_a_run_folder_without_its_config_yaml_is_named_as_such(tmp_path, capsys, command, leftover):
     """A run folder whose config.yaml is gone was read as a model folder: eval's error told the user to run

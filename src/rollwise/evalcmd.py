@@ -82,10 +82,12 @@ def _target_config(target: str | None, items: list[str], command: str = "eval") 
             if ckpt is None:
                 raise FileNotFoundError(no_checkpoint_message(run_dir, command))
             return cfg, ckpt
-        if t.is_dir() and not (t / "config.json").is_file() \
-                and any((t / n).exists() for n in ("checkpoints", "metrics.jsonl", "environment.json")):
-            # a run folder without its config.yaml: read as a model folder, the error said to run this very command
-            raise FileNotFoundError(f"run folder {t} has no config.yaml, so the base model and settings of its "
+        # a run folder without its config.yaml (or a checkpoint folder in one): read as a model folder, the error
+        # said to run this very command, or to put the checkpoint back under the run folder it was in
+        run_of = t.parent.parent if (t / "weights.safetensors").is_file() and t.parent.name == "checkpoints" else t
+        if run_of.is_dir() and not (run_of / "config.json").is_file() \
+                and any((run_of / n).exists() for n in ("checkpoints", "metrics.jsonl", "environment.json")):
+            raise FileNotFoundError(f"run folder {run_of} has no config.yaml, so the base model and settings of its "
                                     "checkpoints are unknown: put back a copy of that file (a run stopped before "
                                     "writing it has no checkpoint: start it again)")
         if not t.exists() and looks_local(target):
@@ -128,7 +130,7 @@ def trained_questions(target: str | None, cfg: Config) -> set[str] | None:
     if run_cfg.data == cfg.data and run_cfg.run.seed == cfg.run.seed:
         return None  # the run's training set was drawn to avoid these very items
     try:
-        train, _ = build_items(run_cfg.data, run_cfg.run.seed)
+        train, _ = build_items(run_cfg.data, run_cfg.run.seed, empty_share=None)
     except (ConfigError, OSError, ValueError) as e:  # the run's data file moved away: its training questions are unknown here
         print(f"rollwise: warning: the run's training items could not be built ({str(e).splitlines()[0][:200]}), so "
               "held-out items it trained on are not left out", file=sys.stderr)
@@ -220,7 +222,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
     warn_slow_dtype(cfg)
     warn_idle_gpu(cfg)
     runner = RewardRunner(cfg.reward)
-    _, eval_items = build_items(cfg.data, cfg.run.seed)
+    _, eval_items = build_items(cfg.data, cfg.run.seed, empty_share="eval")
     path = resolve_model_path(cfg.model.name_or_path, cfg.model.cache_dir)
     tok = load_tokenizer(path)
     ids, dropped = encode_prompts(eval_items, tok, cfg.data)

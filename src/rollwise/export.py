@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +36,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _modes_of_umask(folder: Path) -> None:
-    """Give the written files the modes the umask gives new files: safetensors writes the weights 0600, which left
-    an exported model that another user or a server running under another account cannot read."""
-    mask = os.umask(0)
-    os.umask(mask)
+def _modes_of_umask(folder: Path, made: Path) -> None:
+    """Give the written files the mode of `made`, a file this process created plainly (the umask's, ACLs included):
+    safetensors writes the weights 0600, which left an exported model that another user or a server running under
+    another account cannot read. (Read from a file, not by setting the umask: that is process-wide.)"""
+    mode = stat.S_IMODE(made.stat().st_mode)
     for f in folder.iterdir():
         if f.is_file() and not f.is_symlink():
-            os.chmod(f, 0o666 & ~mask)
+            os.chmod(f, mode)
 
 
 def run_export_command(args: argparse.Namespace) -> int:
@@ -94,7 +95,7 @@ def run_export_command(args: argparse.Namespace) -> int:
         (tmp / "rollwise_export.json").write_text(json.dumps({
             "checkpoint": str(ckpt.resolve()), "base_model": cfg.model.name_or_path,
             "lora_merged": cfg.model.lora.enabled, "dtype": args.dtype}, indent=1) + "\n")
-        _modes_of_umask(tmp)
+        _modes_of_umask(tmp, tmp / "rollwise_export.json")
         if not existed:
             os.replace(tmp, out)
     except BaseException:

@@ -488,7 +488,7 @@ def setup(cfg: Config, resume: str | None = None, with_trainer: bool = True, log
             raise CheckpointError(
                 f"{ckpt}: the training and held-out items built for this resume differ from the ones the run was "
                 "trained on (another reasoning-gym or datasets version, a changed data file, or a rollwise that now "
-                "leaves out items with a wrong gold answer); the planner's belief and the data position would point "
+                "leaves out items with a wrong gold answer, or reads data files differently); the planner's belief and the data position would point "
                 "at other prompts. Install the versions in the run's environment.json, or start a new run")
         try:
             planner.load_state_dict(state["extra"]["planner"])

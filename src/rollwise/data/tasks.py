@@ -542,14 +542,18 @@ def _file_split(
 # ------------------------------------------------------------------ the mixture
 
 
-def build_items(cfg: DataConfig, seed: int) -> tuple[list[PromptItem], list[PromptItem]]:
+def build_items(cfg: DataConfig, seed: int, empty_share: str | None = "train") -> tuple[list[PromptItem], list[PromptItem]]:
     """(train, eval) items of the mixture `cfg.tasks`; deterministic in `seed`."""
     weights = [t.weight for t in cfg.tasks]
     n_train, n_eval = allocate(cfg.train_size, weights), allocate(cfg.eval_size, weights)
     labels = _labels(cfg.tasks)
-    for k in (k for k, n in enumerate(n_train) if n == 0):  # its weight was accepted: say that it gives nothing
-        log.warning("task '%s': no training items: its share of data.train_size=%d (weight %g of %g) rounds to 0; "
-                    "raise data.train_size or its weight", labels[k], cfg.train_size, weights[k], sum(weights))
+    # a task whose weight was accepted but whose share rounds to 0, said for the items the caller uses
+    # (`empty_share`: "train" for training, "eval" for `rollwise eval`, which trains nothing; None: not said)
+    if empty_share is not None:
+        key, shares, what = {"train": ("train_size", n_train, "training"), "eval": ("eval_size", n_eval, "held-out")}[empty_share]
+        for k in (k for k, n in enumerate(shares) if n == 0):
+            log.warning("task '%s': no %s items: its share of data.%s=%d (weight %g of %g) rounds to 0; raise data.%s "
+                        "or its weight", labels[k], what, key, getattr(cfg, key), weights[k], sum(weights), key)
     file_parts: dict[int, tuple[list[PromptItem], list[PromptItem]]] = {}
     for k, task in enumerate(cfg.tasks):
         if task.path:

@@ -238,3 +238,21 @@ def _reap_adopted() -> None:
             os.waitpid(pid, os.WNOHANG)
     _left_to_owners.clear()
     _left_to_owners.update(zombies & owned)
+
+
+def watch(worker: int) -> None:
+    """The watchdog (rewards.runner._start_watchdog starts it in the worker's group, as `python proctree.py
+    WORKER_PID`, its stdin the trainer's lifeline): once stdin reads EOF (the trainer is gone), if the worker is still
+    its parent (alive, its pid not reused), stop and kill it and its descendants (`_kill_tree`), then the group,
+    itself included. Without /proc, or once the worker is gone, the group only."""
+    with contextlib.suppress(Exception):
+        while sys.stdin.buffer.read(65536):
+            pass
+    with contextlib.suppress(Exception):
+        if os.getppid() == worker:
+            _kill_tree(worker, include_root=True)
+    os.killpg(0, signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]))

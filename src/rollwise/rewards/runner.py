@@ -97,45 +97,19 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(1)
 
 
-# The watchdog's script. Once `lifeline` reads EOF: if the worker ($PPID) is still its parent (alive, its pid not
-# reused), stop it and then each of its descendants found in /proc (passes until one finds none new), as
-# proctree._kill_tree does, kill them all, then the group (itself included). Without /proc, or once the worker is
-# gone, the group only.
-_WATCHDOG = r"""cat > /dev/null
-w=$PPID
-read -r line < /proc/$$/stat 2> /dev/null || { kill -9 0; exit; }
-set -- ${line##*) }
-[ "$2" = "$w" ] || { kill -9 0; exit; }
-kill -s STOP "$w" 2> /dev/null
-all=" $w "
-new=1
-while [ -n "$new" ]; do
-  new=
-  for s in /proc/[0-9]*/stat; do
-    read -r line < "$s" 2> /dev/null || continue
-    set -- ${line##*) }
-    case "$all" in *" $2 "*) ;; *) continue ;; esac
-    p=${s#/proc/}; p=${p%/stat}
-    case "$all" in *" $p "*) continue ;; esac
-    [ "$p" = "$$" ] && continue
-    kill -s STOP "$p" 2> /dev/null
-    all="$all$p "; new=1
-  done
-done
-kill -9 $all 2> /dev/null
-kill -9 0
-"""
-
-
 def _start_watchdog(lifeline: Connection) -> None:
     """A process in the worker's group that kills the group once the trainer is gone (its end of `lifeline`, whose
     other end only the trainer holds, reads EOF), and first the worker's descendants that left the group
-    (`_WATCHDOG`). _watch_parent, a thread, cannot run while a reward function holds the GIL (a catastrophic regex, a
-    C loop): the worker then outlived a killed trainer for as long as that call ran."""
+    (rollwise.rewards.proctree run as a script: `watch`). _watch_parent, a thread, cannot run while a reward function
+    holds the GIL (a catastrophic regex, a C loop): the worker then outlived a killed trainer for as long as that call
+    ran."""
     import subprocess
 
-    with contextlib.suppress(OSError):  # no sh: the thread alone watches
-        subprocess.Popen(["/bin/sh", "-c", _WATCHDOG], stdin=lifeline.fileno(),
+    from rollwise.rewards import proctree
+
+    with contextlib.suppress(OSError):  # it cannot start: the thread alone watches
+        # -I: none of the user's environment or paths (proctree needs the standard library alone)
+        subprocess.Popen([sys.executable, "-I", proctree.__file__, str(os.getpid())], stdin=lifeline.fileno(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
     lifeline.close()
 

@@ -15,6 +15,8 @@ try:
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from test_reward_runner_audit import _pid_in, started_trainer
+
 from rollwise.config import RewardConfig
 from rollwise.errors import RewardWorkerError
 from rollwise.rewards import RewardRunner
@@ -93,36 +95,19 @@ def test_a_function_failing_on_every_call_stops_the_run_within_the_batch(monkeyp
 def test_a_killed_run_ends_the_processes_its_reward_functions_started(tmp_path):
     """When the run itself died (killed, its terminal closed), the worker ended but a process its reward function
     started lived on."""
-    import subprocess
-
     pidfile = tmp_path / "child.pid"
-    script = tmp_path / "run.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).resolve().parents[1] / 'src')]!r}\n"
-        "from rollwise.config import RewardConfig\n"
-        "from rollwise.rewards import RewardRunner\n"
-        "from rollwise.types import PromptItem\n"
-        "if __name__ == '__main__':\n"
-        "    cfg = RewardConfig(functions=[{'name': 'rewards_for_tests:starts_a_hanging_child'}], timeout=600)\n"
-        f"    RewardRunner(cfg).score(['x'], [PromptItem('u', 't', 'q', {str(pidfile)!r})])\n")
-    run = subprocess.Popen([sys.executable, str(script)])
     pid = None
     try:
-        deadline = time.monotonic() + 120  # bounds on the waits, not timings under test
-        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
-            assert run.poll() is None, "the run ended before its reward function started its child"
-            time.sleep(0.05)
-        pid = int(pidfile.read_text())
-        run.kill()
-        run.wait()
-        deadline = time.monotonic() + 15
-        while _running(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _running(pid), "the reward function's child process outlived the run"
-    finally:
-        if run.poll() is None:
+        with started_trainer(tmp_path, "rewards_for_tests:starts_a_hanging_child", "x", pidfile, _pid_in(pidfile),
+                             "its reward function started its child") as run:
+            pid = int(pidfile.read_text())
             run.kill()
+            run.wait()
+            deadline = time.monotonic() + 15
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _running(pid), "the reward function's child process outlived the run"
+    finally:
         if pid is not None and _running(pid):
             os.kill(pid, signal.SIGKILL)
 

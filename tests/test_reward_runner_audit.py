@@ -5,12 +5,14 @@ The helper reward functions live in a module each test writes to tmp_path, refer
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -372,44 +374,55 @@ def test_closing_leaves_no_process_behind_also_after_a_timeout(fns, tmp_path):
                 os.kill(p, signal.SIGKILL)
 
 
-def trainer_script(tmp_path: Path, function: str, completion: str, answer: Path) -> Path:
+@contextlib.contextmanager
+def started_trainer(tmp_path: Path, function: str, completion: str, answer: Path, ready: Any, what: str) -> Any:
     """A trainer, as a script of its own (to be killed): scores `completion` with reward function `function` for an
-    item whose gold answer is `answer` (a path the function reads), with a timeout it never reaches."""
+    item whose gold answer is `answer` (a path the function reads), with a timeout it never reaches. Yields the
+    process once `ready()` (within a bound on the wait, not a timing under test); it is killed at the end."""
+    import subprocess
+
     script = tmp_path / "run.py"
+    paths = [str(Path(runner_mod.__file__).resolve().parents[2]), str(Path(__file__).parent)]  # src, tests
     script.write_text(
         "import sys\n"
-        f"sys.path[:0] = {[str(Path(runner_mod.__file__).resolve().parents[2])]!r}\n"
+        f"sys.path[:0] = {paths!r}\n"
         "from rollwise.config import RewardConfig\n"
         "from rollwise.rewards import RewardRunner\n"
         "from rollwise.types import PromptItem\n"
         "if __name__ == '__main__':\n"
         f"    cfg = RewardConfig(functions=[{{'name': {function!r}}}], timeout=600)\n"
         f"    RewardRunner(cfg).score([{completion!r}], [PromptItem('u', 't', 'q', {str(answer)!r})])\n")
-    return script
+    run = subprocess.Popen([sys.executable, str(script)])
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and time.monotonic() < deadline:
+            assert run.poll() is None, f"the run ended before {what}"
+            time.sleep(0.05)
+        yield run
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def _pid_in(path: Path) -> Any:
+    return lambda: path.exists() and bool(path.read_text().strip())
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists() or not hasattr(os, "killpg"), reason="reads /proc")
 def test_a_killed_trainer_ends_a_worker_stuck_in_a_call_that_holds_the_gil(fns, tmp_path):
     """The worker watched for the trainer's death from a thread, which cannot run while a reward call holds the GIL
     (a regex that backtracks, a C loop): the worker outlived the killed trainer, busy, for as long as that call ran."""
-    import subprocess
-
     pidfile = tmp_path / "worker.pid"
-    script = trainer_script(tmp_path, fns + "holds_the_gil", "x", pidfile)
-    run = subprocess.Popen([sys.executable, str(script)])
     pid = None
     try:
-        deadline = time.monotonic() + 60  # bounds on the waits, not timings under test
-        while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
-            assert run.poll() is None, "the run ended before its reward call started"
-            time.sleep(0.05)
-        pid = int(pidfile.read_text())
-        time.sleep(0.2)  # into the regex
-        run.kill()
-        run.wait()
-        assert _wait_gone([pid], 5.0) == [], "the reward worker outlived the killed trainer"
-    finally:
-        if run.poll() is None:
+        with started_trainer(tmp_path, fns + "holds_the_gil", "x", pidfile, _pid_in(pidfile),
+                             "its reward call started") as run:
+            pid = int(pidfile.read_text())
+            time.sleep(0.2)  # into the regex
             run.kill()
+            run.wait()
+            assert _wait_gone([pid], 5.0) == [], "the reward worker outlived the killed trainer"
+    finally:
         if pid is not None and _running(pid):
             os.kill(pid, signal.SIGKILL)

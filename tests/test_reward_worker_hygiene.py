@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -22,7 +21,7 @@ try:
 except ImportError:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from test_reward_runner_audit import trainer_script
+from test_reward_runner_audit import started_trainer
 
 from rollwise.config import RewardConfig
 from rollwise.rewards import RewardRunner, verifiers
@@ -230,21 +229,12 @@ def test_a_daemon_a_reward_function_forked_twice_ends_with_the_worker(fns, start
 @needs_proc
 def test_a_killed_trainer_also_ends_the_programs_that_left_the_workers_group(fns, started, tmp_path):
     """The watchdog's group kill, when the trainer died, left a program started with start_new_session=True."""
-    script = trainer_script(tmp_path, fns + "setsid_child", "hang", started.path)
-    run = subprocess.Popen([sys.executable, str(script)])
-    try:
-        deadline = time.monotonic() + 60  # bounds on the waits, not timings under test
-        while not started.read() and time.monotonic() < deadline:
-            assert run.poll() is None, "the run ended before its reward call started"
-            time.sleep(0.05)
+    with started_trainer(tmp_path, fns + "setsid_child", "hang", started.path, started.read,
+                         "its reward call started") as run:
         assert started.pids, "the reward call did not start"
         run.kill()
         run.wait()
         assert _wait_gone(started.pids) == [], "the program the reward function started outlived the killed trainer"
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
 
 
 @needs_proc

@@ -105,19 +105,25 @@ def test_a_run_whose_patience_runs_out_at_its_last_step_says_it_finished_not_tha
     assert "early stop" not in capsys.readouterr().err
 
 
+def _refused(run, capsys, overrides, *said):
+    """`--resume run overrides` is refused (exit 2) saying each of `said`, and changes neither config.yaml nor
+    environment.json."""
+    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), *overrides]) == 2
+    err = capsys.readouterr().err
+    assert all(s in err for s in said), err
+    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+
+
 def test_a_resume_that_trains_nothing_records_no_setting_change(tiny_model_dir, tmp_path, capsys):
     """`--resume RUN reward.functions=[...]` on a run at its train.max_steps said "nothing to train" but rewrote
     config.yaml and added an environment.json entry: the summary and `rollwise eval RUN` then used a reward no step
     had trained with."""
     assert main(["train", *_args(tiny_model_dir, tmp_path, "done", 2, ["eval.at_start=false"])]) == 0
     run = tmp_path / "done"
-    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]"]) == 2
-    err = capsys.readouterr().err
-    assert "the run has finished its train.max_steps=2, so no step would train with the change to " \
-           "reward.functions" in err, err
-    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    _refused(run, capsys, ["reward.functions=[{name: exact_match}]"],
+             "the run has finished its train.max_steps=2, so no step would train with the change to reward.functions")
     # with a larger train.max_steps the change trains, and is recorded
     assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]", "train.max_steps=3"]) == 0
     assert "exact_match" in (run / "config.yaml").read_text()
@@ -150,12 +156,8 @@ def test_a_resume_of_a_run_stopped_by_its_token_budget_or_early_records_no_setti
     assert main(["train", *_args(tiny_model_dir, tmp_path, "budget", 8, ["eval.at_start=false", "eval.at_end=false",
                                                                          "train.max_rollout_tokens=100"])]) == 0
     run = tmp_path / "budget"
-    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]"]) == 2
-    err = capsys.readouterr().err
-    assert "has spent its train.max_rollout_tokens=100" in err and "the change to reward.functions" in err, err
-    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    _refused(run, capsys, ["reward.functions=[{name: exact_match}]"], "has spent its train.max_rollout_tokens=100",
+             "the change to reward.functions")
     assert main(["train", "--resume", str(run), "reward.functions=[{name: exact_match}]",
                  "train.max_rollout_tokens=200"]) == 0  # a larger budget trains with the change, which is recorded
     assert "exact_match" in (run / "config.yaml").read_text()
@@ -165,12 +167,7 @@ def test_a_resume_of_a_run_stopped_by_its_token_budget_or_early_records_no_setti
     assert main(["train", *_args(tiny_model_dir, tmp_path, "early", 6, stop)]) == 0
     run = tmp_path / "early"
     assert [r["step"] for r in _train_lines(run)] == [1, 2]
-    config, env = (run / "config.yaml").read_text(), (run / "environment.json").read_text()
-    capsys.readouterr()
-    assert main(["train", "--resume", str(run), "train.learning_rate=0.01"]) == 2
-    err = capsys.readouterr().err
-    assert "stopped early at step 2" in err and "the change to train.learning_rate" in err, err
-    assert (run / "config.yaml").read_text() == config and (run / "environment.json").read_text() == env
+    _refused(run, capsys, ["train.learning_rate=0.01"], "stopped early at step 2", "the change to train.learning_rate")
     # the setting that stops it may change alone (a lower patience is still reached): recorded, nothing trains
     assert main(["train", "--resume", str(run), "eval.early_stopping_patience=1"]) == 0
     assert "early_stopping_patience: 1" in (run / "config.yaml").read_text()
